@@ -1,0 +1,29 @@
+package cm
+
+import (
+	"net"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// QP is what the connection manager binds a negotiated connection to: the
+// queue pair that takes the MPA stream over (rdmap.QP implements it).
+//
+// The connection manager calls Start once, after the handshake, with the
+// TCP connection and what the handshake settled; from then on the QP owns
+// the connection. Start moves the QP to RTS and returns at once (the QP
+// runs its own goroutines). As the responder, the QP sends nothing until it
+// has received the initiator's first FPDU; as the initiator in P2P mode,
+// its first FPDU is the negotiated RTR.
+//
+// Disconnect starts a graceful (outstanding sends first, then FIN) or an
+// abrupt (RST) close and does not wait. Done is closed once the connection
+// has ended for any reason (local disconnect, peer close, Terminate, error)
+// and every outstanding work request has completed or been flushed; Err
+// then says why (nil for a graceful close by either side).
+type QP interface {
+	Start(conn net.Conn, p *mpa.Params) error
+	Disconnect(abrupt bool)
+	Done() <-chan struct{}
+	Err() error
+}

@@ -1,0 +1,170 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+)
+
+// DeframerConfig says how the FPDUs of one direction are framed, as the
+// handshake negotiated.
+type DeframerConfig struct {
+	// CRC: the CRC field is checked.
+	CRC bool
+	// Markers: the sender inserts markers; StreamOffset is the marker
+	// position of the first byte the deframer will read (0 when it starts
+	// at the first FPDU).
+	Markers      bool
+	StreamOffset uint64
+	// MaxULPDU bounds ULPDU_Length; 0 means MaxULPDU (65535).
+	MaxULPDU int
+}
+
+// Deframer cuts a byte stream into FPDUs. It is used by the QP receive
+// path and, fed from reassembled captures, by the layers stream decoder:
+// there is one framing implementation.
+//
+// A Deframer is resumable: when its reader returns an error (io.EOF
+// included) in the middle of an FPDU, Next returns it (io.EOF as
+// io.ErrUnexpectedEOF) and keeps what it has, so a later Next continues
+// once the reader has more. It must be used from one goroutine.
+type Deframer struct {
+	r   io.Reader
+	cfg DeframerConfig
+
+	buf        []byte // raw stream bytes in buf[start:end]
+	start, end int
+	pos        uint64 // stream offset of buf[start]
+	plain      []byte // marker-free copy of the current FPDU (markers only)
+	fpdu       FPDU
+}
+
+const deframerBufSize = 2 * (LengthFieldLen + MaxULPDU + 3 + CRCLen + 1024)
+
+// NewDeframer returns a Deframer reading from r.
+func NewDeframer(r io.Reader, cfg DeframerConfig) *Deframer {
+	if cfg.MaxULPDU <= 0 || cfg.MaxULPDU > MaxULPDU {
+		cfg.MaxULPDU = MaxULPDU
+	}
+	return &Deframer{r: r, cfg: cfg, pos: cfg.StreamOffset, buf: make([]byte, deframerBufSize)}
+}
+
+// Buffered returns the bytes read from the reader but not yet consumed.
+func (d *Deframer) Buffered() []byte { return d.buf[d.start:d.end] }
+
+// fill makes at least n raw bytes available in buf[start:].
+func (d *Deframer) fill(n int) error {
+	for d.end-d.start < n {
+		if d.start+n > len(d.buf) {
+			copy(d.buf, d.buf[d.start:d.end])
+			d.end -= d.start
+			d.start = 0
+		}
+		m, err := d.r.Read(d.buf[d.end:])
+		d.end += m
+		if d.end-d.start >= n {
+			return nil
+		}
+		if err != nil {
+			if err == io.EOF && d.end > d.start {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Next returns the next FPDU. Its ULPDU is valid until the next call. On a
+// CRC mismatch it returns the FPDU together with ErrBadCRC and moves past
+// it. io.EOF means the stream ended cleanly between FPDUs.
+func (d *Deframer) Next() (*FPDU, error) {
+	// The length field, skipping a marker in front of it.
+	lenAt := 0
+	if d.cfg.Markers && d.pos%MarkerInterval == 0 {
+		lenAt = MarkerLen
+	}
+	if err := d.fill(lenAt + LengthFieldLen); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint16(d.buf[d.start+lenAt:]))
+	if n > d.cfg.MaxULPDU {
+		return nil, ErrULPDUTooLong
+	}
+	plainLen := FPDULen(n)
+	wire, markers := plainLen, 0
+	if d.cfg.Markers {
+		wire, markers = markedLen(d.pos, plainLen)
+	}
+	if err := d.fill(wire); err != nil {
+		return nil, err
+	}
+	raw := d.buf[d.start : d.start+wire]
+	var body []byte
+	if markers == 0 {
+		body = raw
+	} else {
+		d.plain = RemoveMarkers(d.plain[:0], raw, d.pos)
+		body = d.plain
+	}
+	f := &d.fpdu
+	*f = FPDU{
+		ULPDU:   body[LengthFieldLen : LengthFieldLen+n],
+		CRC:     WireCRC(raw[wire-CRCLen:]),
+		WireLen: wire,
+		Markers: markers,
+	}
+	d.start += wire
+	d.pos += uint64(wire)
+	if d.cfg.CRC {
+		f.CRCChecked = true
+		f.CRCOK = UpdateCRC(0, raw[:wire-CRCLen]) == GetCRC(raw[wire-CRCLen:])
+		if !f.CRCOK {
+			return f, ErrBadCRC
+		}
+	}
+	return f, nil
+}
+
+// errShortWrite guards Framer users against io.Writer misbehaviour.
+var errShortWrite = errors.New("mpa: short write")
+
+// Framer builds FPDUs for one direction. It tracks the stream offset for
+// markers. It must be used from one goroutine.
+type Framer struct {
+	CRC     bool
+	Markers bool
+	// Pos is the stream offset of the next byte (marker origin 0 at the
+	// first FPDU).
+	Pos     uint64
+	scratch []byte
+}
+
+// AppendFPDU appends one FPDU whose ULPDU is hdr followed by payload to b,
+// with markers and CRC as configured, and advances Pos.
+func (f *Framer) AppendFPDU(b []byte, hdr, payload []byte) []byte {
+	if !f.Markers {
+		start := len(b)
+		b = AppendFPDU(b, hdr, payload, f.CRC)
+		f.Pos += uint64(len(b) - start)
+		return b
+	}
+	f.scratch = AppendFPDU(f.scratch[:0], hdr, payload, false)
+	b, f.Pos = InsertMarkers(b, f.scratch, f.Pos, f.CRC)
+	return b
+}
+
+// WriteFPDU writes one FPDU to w (see AppendFPDU).
+func (f *Framer) WriteFPDU(w io.Writer, hdr, payload []byte) error {
+	var buf []byte
+	pos := f.Pos
+	buf = f.AppendFPDU(buf, hdr, payload)
+	n, err := w.Write(buf)
+	if err == nil && n != len(buf) {
+		err = errShortWrite
+	}
+	if err != nil {
+		f.Pos = pos + uint64(n)
+	}
+	return err
+}

@@ -1,0 +1,103 @@
+package mpa
+
+import "encoding/binary"
+
+// Markers (RFC 5044 §5): when a receiver asks for them, the sender puts a
+// 4-byte marker at every 512th octet of its TCP stream, counted from the
+// first octet of its first FPDU (so the first FPDU starts with a marker):
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|           RESERVED            |            FPDUPTR            |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// FPDUPTR is the distance in octets back from the marker to the start of
+// the FPDU it lies in. A marker that falls exactly where an FPDU begins
+// belongs to that FPDU and has FPDUPTR 0; one that falls between the pad
+// and the CRC belongs to the FPDU before it. The CRC covers the markers
+// inside its FPDU. FPDUs are multiples of 4 bytes, so markers never split
+// a field.
+//
+// All positions here are stream offsets from the marker origin (the first
+// octet of the first FPDU), taken modulo 2^64.
+
+// markedLen walks an FPDU of n marker-free bytes that starts at stream
+// offset pos and returns its length with markers and the marker count.
+func markedLen(pos uint64, n int) (total, markers int) {
+	p := pos
+	for n > 0 {
+		off := int(p % MarkerInterval)
+		if off == 0 {
+			p += MarkerLen
+			markers++
+			continue
+		}
+		step := min(MarkerInterval-off, n)
+		p += uint64(step)
+		n -= step
+	}
+	return int(p - pos), markers
+}
+
+// MarkedLen returns how many bytes an FPDU of n marker-free bytes occupies
+// when it starts at stream offset pos, and how many markers it holds.
+func MarkedLen(pos uint64, n int) (total, markers int) { return markedLen(pos, n) }
+
+// InsertMarkers appends fpdu (a whole FPDU without markers, CRC field
+// included but not yet computed) to dst with markers inserted as if it
+// started at stream offset pos. If crc is set it computes the CRC over the
+// marked bytes and fills the CRC field; otherwise the field is copied as
+// is. It returns dst and the stream offset just after the FPDU.
+func InsertMarkers(dst, fpdu []byte, pos uint64, crc bool) ([]byte, uint64) {
+	start := len(dst)
+	p := pos
+	body := fpdu[:len(fpdu)-CRCLen]
+	emit := func(chunk []byte) {
+		for len(chunk) > 0 {
+			off := int(p % MarkerInterval)
+			if off == 0 {
+				dst = binary.BigEndian.AppendUint16(dst, 0)
+				dst = binary.BigEndian.AppendUint16(dst, uint16(p-pos))
+				p += MarkerLen
+				continue
+			}
+			step := min(MarkerInterval-off, len(chunk))
+			dst = append(dst, chunk[:step]...)
+			chunk = chunk[step:]
+			p += uint64(step)
+		}
+	}
+	emit(body)
+	emit(fpdu[len(fpdu)-CRCLen:])
+	if crc {
+		// The CRC covers everything before the CRC field itself; a marker
+		// placed just before the CRC field is inside that range.
+		crcAt := len(dst) - CRCLen
+		c := UpdateCRC(0, dst[start:crcAt])
+		PutCRC(dst[crcAt:], c)
+	}
+	return dst, p
+}
+
+// RemoveMarkers appends raw (bytes of the stream starting at stream offset
+// pos, possibly cut anywhere) to dst with the markers taken out. A marker
+// cut by the end of raw is dropped as far as it goes; the caller continues
+// at pos+len(raw). It returns dst.
+func RemoveMarkers(dst, raw []byte, pos uint64) []byte {
+	p := pos
+	for len(raw) > 0 {
+		off := int(p % MarkerInterval)
+		if off < MarkerLen {
+			skip := min(MarkerLen-off, len(raw))
+			raw = raw[skip:]
+			p += uint64(skip)
+			continue
+		}
+		step := min(MarkerInterval-off, len(raw))
+		dst = append(dst, raw[:step]...)
+		raw = raw[step:]
+		p += uint64(step)
+	}
+	return dst
+}
