@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are siwd's Prometheus metrics, on a registry of their own (no
+// process-global registration).
+type Metrics struct {
+	Registry    *prometheus.Registry
+	Connections prometheus.Gauge
+	Handshakes  *prometheus.CounterVec // result=accepted|rejected|failed, reason
+	Bytes       *prometheus.CounterVec // dir=rx|tx, opcode
+	Ops         *prometheus.CounterVec // dir=rx|tx, opcode
+	Terminates  *prometheus.CounterVec // dir=sent|received, layer, etype, ecode
+	QPs         prometheus.Gauge
+	CQs         prometheus.Gauge
+	OpLatency   *prometheus.HistogramVec // op
+}
+
+// NewMetrics creates the metrics on a new registry (with Go and process
+// collectors).
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: r,
+		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "siwd_connections", Help: "Established iWARP connections.",
+		}),
+		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "siwd_handshakes_total", Help: "MPA handshakes by result (accepted, rejected, failed) and reason.",
+		}, []string{"result", "reason"}),
+		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "siwd_bytes_total", Help: "Payload bytes by direction and RDMAP opcode.",
+		}, []string{"dir", "opcode"}),
+		Ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "siwd_operations_total", Help: "RDMAP operations by direction and opcode.",
+		}, []string{"dir", "opcode"}),
+		Terminates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "siwd_terminates_total", Help: "Terminate messages sent and received by layer, error type and code.",
+		}, []string{"dir", "layer", "etype", "ecode"}),
+		QPs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_qps", Help: "Queue pairs in use."}),
+		CQs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_cqs", Help: "Completion queues in use."}),
+		OpLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "siwd_operation_latency_seconds",
+			Help:    "Latency of operations served, from request to completion.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
+		}, []string{"op"}),
+	}
+	r.MustRegister(m.Connections, m.Handshakes, m.Bytes, m.Ops, m.Terminates, m.QPs, m.CQs, m.OpLatency,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves /metrics and /healthz.
+func (m *Metrics) Handler(healthy func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}
