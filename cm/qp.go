@@ -16,6 +16,10 @@ import (
 // has received the initiator's first FPDU; as the initiator in P2P mode,
 // its first FPDU is the negotiated RTR.
 //
+// Start is called with the ID's lock held: it must return promptly and
+// must not call into the connection manager. If it returns an error the
+// connection manager closes conn.
+//
 // Disconnect starts a graceful (outstanding sends first, then FIN) or an
 // abrupt (RST) close and does not wait. Done is closed once the connection
 // has ended for any reason (local disconnect, peer close, Terminate, error)

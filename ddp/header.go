@@ -1,7 +1,3 @@
-// Package ddp implements the Direct Data Placement protocol (RFC 5041)
-// wire format: the tagged and untagged segment headers, segmentation of a
-// message into segments that fit the MULPDU, and the DDP error codes
-// carried in a Terminate.
 package ddp
 
 import (
@@ -206,7 +202,7 @@ func PutUntagged(h []byte, f *UntaggedFields) { AppendUntagged(h[:0], f) }
 // Given the offset of the next segment it returns that segment's length
 // and whether it is the last; a zero-length message is one empty segment.
 // Callers loop: for off := 0; ; off += n { n, last := NextSegment(off,
-// total, max); ...; if last { break } }.
+// total, max); ...; if last { break } }. maxPayload must be positive.
 func NextSegment(off, total, maxPayload int) (n int, last bool) {
 	rem := total - off
 	if rem <= maxPayload {
@@ -215,7 +211,8 @@ func NextSegment(off, total, maxPayload int) (n int, last bool) {
 	return maxPayload, false
 }
 
-// Segments returns the number of segments NextSegment cuts total into.
+// Segments returns the number of segments NextSegment cuts total into;
+// maxPayload must be positive.
 func Segments(total, maxPayload int) int {
 	if total == 0 {
 		return 1

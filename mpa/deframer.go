@@ -39,24 +39,36 @@ type Deframer struct {
 	fpdu       FPDU
 }
 
-const deframerBufSize = 2 * (LengthFieldLen + MaxULPDU + 3 + CRCLen + 1024)
+// deframerInitSize is the initial read buffer. It grows (to about twice
+// the largest FPDU seen, at most some 130 KiB) when an FPDU does not fit.
+const deframerInitSize = 16 << 10
 
 // NewDeframer returns a Deframer reading from r.
 func NewDeframer(r io.Reader, cfg DeframerConfig) *Deframer {
 	if cfg.MaxULPDU <= 0 || cfg.MaxULPDU > MaxULPDU {
 		cfg.MaxULPDU = MaxULPDU
 	}
-	return &Deframer{r: r, cfg: cfg, pos: cfg.StreamOffset, buf: make([]byte, deframerBufSize)}
+	return &Deframer{r: r, cfg: cfg, pos: cfg.StreamOffset, buf: make([]byte, deframerInitSize)}
 }
 
 // Buffered returns the bytes read from the reader but not yet consumed.
 func (d *Deframer) Buffered() []byte { return d.buf[d.start:d.end] }
 
+// maxEmptyReads bounds the reads that return no data and no error before
+// fill gives up with io.ErrNoProgress (as bufio does).
+const maxEmptyReads = 100
+
 // fill makes at least n raw bytes available in buf[start:].
 func (d *Deframer) fill(n int) error {
+	empty := 0
 	for d.end-d.start < n {
 		if d.start+n > len(d.buf) {
-			copy(d.buf, d.buf[d.start:d.end])
+			buf := d.buf
+			if n > len(buf) {
+				buf = make([]byte, max(2*n, 2*len(buf)))
+			}
+			copy(buf, d.buf[d.start:d.end])
+			d.buf = buf
 			d.end -= d.start
 			d.start = 0
 		}
@@ -71,23 +83,39 @@ func (d *Deframer) fill(n int) error {
 			}
 			return err
 		}
+		if m == 0 {
+			if empty++; empty >= maxEmptyReads {
+				return io.ErrNoProgress
+			}
+		}
 	}
 	return nil
 }
 
 // Next returns the next FPDU. Its ULPDU is valid until the next call. On a
 // CRC mismatch it returns the FPDU together with ErrBadCRC and moves past
-// it. io.EOF means the stream ended cleanly between FPDUs.
+// it. io.EOF means the stream ended cleanly between FPDUs; a stream that
+// ends inside an FPDU gives io.ErrUnexpectedEOF. After any error from the
+// reader the Deframer keeps what it has read, and a later call continues
+// where this one stopped. ErrULPDUTooLong consumes nothing and repeats.
+// In steady state (markers off) Next does not allocate.
 func (d *Deframer) Next() (*FPDU, error) {
-	// The length field, skipping a marker in front of it.
-	lenAt := 0
-	if d.cfg.Markers && d.pos%MarkerInterval == 0 {
-		lenAt = MarkerLen
+	// The length field, with any marker in front of (or inside) it.
+	hdrWire := LengthFieldLen
+	if d.cfg.Markers {
+		hdrWire, _ = markedLen(d.pos, LengthFieldLen)
 	}
-	if err := d.fill(lenAt + LengthFieldLen); err != nil {
+	if err := d.fill(hdrWire); err != nil {
 		return nil, err
 	}
-	n := int(binary.BigEndian.Uint16(d.buf[d.start+lenAt:]))
+	var n int
+	if hdrWire == LengthFieldLen {
+		n = int(binary.BigEndian.Uint16(d.buf[d.start:]))
+	} else {
+		var lb [8]byte
+		l := RemoveMarkers(lb[:0], d.buf[d.start:d.start+hdrWire], d.pos)
+		n = int(binary.BigEndian.Uint16(l))
+	}
 	if n > d.cfg.MaxULPDU {
 		return nil, ErrULPDUTooLong
 	}
@@ -100,10 +128,8 @@ func (d *Deframer) Next() (*FPDU, error) {
 		return nil, err
 	}
 	raw := d.buf[d.start : d.start+wire]
-	var body []byte
-	if markers == 0 {
-		body = raw
-	} else {
+	body := raw
+	if markers != 0 {
 		d.plain = RemoveMarkers(d.plain[:0], raw, d.pos)
 		body = d.plain
 	}
@@ -137,7 +163,8 @@ type Framer struct {
 	// Pos is the stream offset of the next byte (marker origin 0 at the
 	// first FPDU).
 	Pos     uint64
-	scratch []byte
+	scratch []byte // the marker-free FPDU (markers only)
+	out     []byte // WriteFPDU's buffer
 }
 
 // AppendFPDU appends one FPDU whose ULPDU is hdr followed by payload to b,
@@ -154,13 +181,14 @@ func (f *Framer) AppendFPDU(b []byte, hdr, payload []byte) []byte {
 	return b
 }
 
-// WriteFPDU writes one FPDU to w (see AppendFPDU).
+// WriteFPDU writes one FPDU to w (see AppendFPDU) with a single Write. It
+// reuses an internal buffer, so it does not allocate in steady state. If
+// the write fails, Pos still accounts for the bytes that went out.
 func (f *Framer) WriteFPDU(w io.Writer, hdr, payload []byte) error {
-	var buf []byte
 	pos := f.Pos
-	buf = f.AppendFPDU(buf, hdr, payload)
-	n, err := w.Write(buf)
-	if err == nil && n != len(buf) {
+	f.out = f.AppendFPDU(f.out[:0], hdr, payload)
+	n, err := w.Write(f.out)
+	if err == nil && n != len(f.out) {
 		err = errShortWrite
 	}
 	if err != nil {

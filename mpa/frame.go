@@ -224,7 +224,9 @@ var (
 // AppendFrame appends the encoded frame to b. It encodes whatever is
 // representable, including revisions and lengths that a receiver refuses,
 // so that tests and probes can build them; it fails only for IRD/ORD above
-// 14 bits or private data longer than 65535 bytes in all.
+// 14 bits or private data longer than 65535 bytes in all. Of f.Reserved
+// only the bits Frame.Reserved documents (0x1f) are written. It does not
+// allocate when b has room for f.Length() more bytes.
 func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 	if f.IRD > MaxIRDORD || f.ORD > MaxIRDORD {
 		return b, ErrIRDORDRange
@@ -241,7 +243,7 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 		key = &KeyReply
 	}
 	b = append(b, key[:]...)
-	flags := f.Reserved
+	flags := f.Reserved & (flagRes | FlagEnhanced)
 	if f.Markers {
 		flags |= FlagMarkers
 	}

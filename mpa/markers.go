@@ -2,9 +2,10 @@ package mpa
 
 import "encoding/binary"
 
-// Markers (RFC 5044 §5): when a receiver asks for them, the sender puts a
-// 4-byte marker at every 512th octet of its TCP stream, counted from the
-// first octet of its first FPDU (so the first FPDU starts with a marker):
+// Markers (RFC 5044 §4.2, §4.3): when a receiver asks for them, the sender
+// puts a 4-byte marker at every 512th octet of its TCP stream, counted from
+// the first octet of its first FPDU of the Full Operation phase, so the
+// first FPDU starts with a marker:
 //
 //	 0                   1                   2                   3
 //	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
@@ -16,20 +17,28 @@ import "encoding/binary"
 // the FPDU it lies in. A marker that falls exactly where an FPDU begins
 // belongs to that FPDU and has FPDUPTR 0; one that falls between the pad
 // and the CRC belongs to the FPDU before it. The CRC covers the markers
-// inside its FPDU. FPDUs are multiples of 4 bytes, so markers never split
+// inside its FPDU, the leading one included (Wireshark's dissector computes
+// it the same way). FPDUs are multiples of 4 bytes, so markers never split
 // a field.
 //
 // All positions here are stream offsets from the marker origin (the first
-// octet of the first FPDU), taken modulo 2^64.
+// octet of the first FPDU), taken modulo 2^64. A marker occupies the
+// positions p with p mod 512 < 4. In a well-formed stream every FPDU starts
+// at a multiple of 4; the functions below also accept other offsets (a
+// deframer configured mid-stream, fuzzed input) and then treat whatever
+// part of a marker lies at or after pos as marker bytes, so that
+// InsertMarkers, RemoveMarkers, MarkedLen and the Deframer always agree.
 
 // markedLen walks an FPDU of n marker-free bytes that starts at stream
-// offset pos and returns its length with markers and the marker count.
+// offset pos and returns its length with markers and the marker count. A
+// marker (or the tail of one) at pos counts; one just after the last byte
+// does not (it belongs to the next FPDU).
 func markedLen(pos uint64, n int) (total, markers int) {
 	p := pos
 	for n > 0 {
 		off := int(p % MarkerInterval)
-		if off == 0 {
-			p += MarkerLen
+		if off < MarkerLen {
+			p += uint64(MarkerLen - off)
 			markers++
 			continue
 		}
@@ -48,34 +57,37 @@ func MarkedLen(pos uint64, n int) (total, markers int) { return markedLen(pos, n
 // included but not yet computed) to dst with markers inserted as if it
 // started at stream offset pos. If crc is set it computes the CRC over the
 // marked bytes and fills the CRC field; otherwise the field is copied as
-// is. It returns dst and the stream offset just after the FPDU.
+// is. It returns dst and the stream offset just after the FPDU. fpdu must
+// hold at least CRCLen bytes. It does not allocate when dst has room.
+//
+// Each marker's FPDUPTR is its distance from pos. If pos is not a multiple
+// of 4 and lies inside a marker, the rest of that marker is emitted first
+// with FPDUPTR 0.
 func InsertMarkers(dst, fpdu []byte, pos uint64, crc bool) ([]byte, uint64) {
 	start := len(dst)
 	p := pos
-	body := fpdu[:len(fpdu)-CRCLen]
-	emit := func(chunk []byte) {
-		for len(chunk) > 0 {
-			off := int(p % MarkerInterval)
-			if off == 0 {
-				dst = binary.BigEndian.AppendUint16(dst, 0)
-				dst = binary.BigEndian.AppendUint16(dst, uint16(p-pos))
-				p += MarkerLen
-				continue
+	for len(fpdu) > 0 {
+		off := int(p % MarkerInterval)
+		if off < MarkerLen {
+			var m [MarkerLen]byte
+			if d := p - pos; d >= uint64(off) { // modulo 2^64
+				binary.BigEndian.PutUint16(m[2:], uint16(d-uint64(off)))
 			}
-			step := min(MarkerInterval-off, len(chunk))
-			dst = append(dst, chunk[:step]...)
-			chunk = chunk[step:]
-			p += uint64(step)
+			dst = append(dst, m[off:]...)
+			p += uint64(MarkerLen - off)
+			continue
 		}
+		step := min(MarkerInterval-off, len(fpdu))
+		dst = append(dst, fpdu[:step]...)
+		fpdu = fpdu[step:]
+		p += uint64(step)
 	}
-	emit(body)
-	emit(fpdu[len(fpdu)-CRCLen:])
 	if crc {
 		// The CRC covers everything before the CRC field itself; a marker
-		// placed just before the CRC field is inside that range.
+		// placed just before the CRC field is inside that range. The field
+		// is the last CRCLen bytes: a marker never follows it.
 		crcAt := len(dst) - CRCLen
-		c := UpdateCRC(0, dst[start:crcAt])
-		PutCRC(dst[crcAt:], c)
+		PutCRC(dst[crcAt:], UpdateCRC(0, dst[start:crcAt]))
 	}
 	return dst, p
 }
@@ -83,7 +95,7 @@ func InsertMarkers(dst, fpdu []byte, pos uint64, crc bool) ([]byte, uint64) {
 // RemoveMarkers appends raw (bytes of the stream starting at stream offset
 // pos, possibly cut anywhere) to dst with the markers taken out. A marker
 // cut by the end of raw is dropped as far as it goes; the caller continues
-// at pos+len(raw). It returns dst.
+// at pos+len(raw). It returns dst and does not allocate when dst has room.
 func RemoveMarkers(dst, raw []byte, pos uint64) []byte {
 	p := pos
 	for len(raw) > 0 {

@@ -141,18 +141,82 @@ func validPair(layer, etype uint8) bool {
 	return false
 }
 
-// DetectLayout guesses which layout the 4-byte control word c uses. It
-// picks siw's when the RFC reading has reserved bits set where siw keeps
-// its M/D/R flags and none of the RFC flags, or when the RFC reading names
-// an impossible layer/type pair that siw's reading makes valid. Words that
-// read validly both ways are taken as RFC.
+// validCode reports whether code is defined for the layer and error type
+// (RFC 5040 §7.2 for RDMAP, RFC 5041 §7.2 for DDP, the MPA codes of
+// RFC 5044 and RFC 6581 for the LLP; the same table as Wireshark's
+// packet-iwarp-ddp-rdmap.c, with RDMAP's codes split by error type). DDP's
+// type 3, reserved for the LLP, takes any code.
+func validCode(layer, etype, code uint8) bool {
+	switch Layer(layer) {
+	case LayerRDMAP:
+		switch etype {
+		case ETypeLocalCatastrophic:
+			return code == CodeLocalCatastrophicAll
+		case ETypeRemoteProtection:
+			return code <= CodeTOWrap || code == CodeCannotInvalidate || code == CodeUnspecified
+		case ETypeRemoteOperation:
+			return code >= CodeInvalidVersion && code <= CodeCannotInvalidate || code == CodeUnspecified
+		}
+	case LayerDDP:
+		switch ddp.ErrorType(etype) {
+		case ddp.ErrTypeLocalCatastrophic:
+			return ddp.ErrorCode(code) == ddp.CodeLocalCatastrophic
+		case ddp.ErrTypeTagged:
+			return ddp.ErrorCode(code) <= ddp.CodeTaggedVersion
+		case ddp.ErrTypeUntagged:
+			return ddp.ErrorCode(code) >= ddp.CodeInvalidQN && ddp.ErrorCode(code) <= ddp.CodeUntaggedVersion
+		case ddp.ErrTypeLLP:
+			return true
+		}
+	case LayerLLP:
+		return etype == mpa.TermTypeMPA && mpa.TermCode(code) >= mpa.TermTCPClosed && mpa.TermCode(code) <= mpa.TermNoMatchingRTR
+	}
+	return false
+}
+
+// DetectLayout guesses which layout the 4-byte control word c uses. A word
+// is taken as siw's only when byte 2 has none of the RFC's M/D/R bits
+// (bits 7-5, reserved in siw's layout, which siw leaves zero) and siw's
+// reading is a valid layer/type pair, and then when one of these holds:
+//
+//  1. one of siw's M/D/R bits (bits 0-2 of byte 2) is set;
+//  2. the RFC reading is an impossible layer/type pair;
+//  3. both pairs are possible, but the error code is undefined for the RFC
+//     pair and defined for siw's (siw's MPA CRC error 02 02 00 00 reads
+//     the RFC way as RDMAP/remote operation/0x02, which RFC 5040 does not
+//     define).
+//
+// Everything else is taken as RFC. That leaves words that are valid both
+// ways and carry no flags; they are read the RFC way, which is wrong for a
+// siw peer in these cases (byte 0, code):
+//
+//	20, 05..07: RFC LLP/MPA (local catastrophic, insufficient IRD, no
+//	            matching RTR) or siw RDMAP/remote operation (invalid
+//	            version, unexpected opcode, catastrophic); siw sends
+//	            20 06 00 00 for an unknown RDMAP opcode
+//	02, 05..07: RFC RDMAP/remote operation or siw LLP/MPA
+//	01, 00:     RFC RDMAP/remote protection/invalid STag or siw
+//	            DDP/local catastrophic
+//	10, 00:     RFC DDP/local catastrophic or siw RDMAP/remote
+//	            protection/invalid STag
+//
+// (00 and 11 read the same both ways.) A receiver that knows its peer is
+// Linux siw should call ParseTerminateLayout with LayoutSiw instead.
 func DetectLayout(c []byte) Layout {
+	if len(c) < TermCtrlLen || c[2]&0xe0 != 0 {
+		return LayoutRFC
+	}
 	rfcLayer, rfcType := c[0]>>4, c[0]&0xf
 	siwLayer, siwType := c[0]&0xf, c[0]>>4
-	if c[2]&0xe0 == 0 && c[2]&0x07 != 0 && validPair(siwLayer, siwType) {
-		return LayoutSiw
+	if !validPair(siwLayer, siwType) {
+		return LayoutRFC
 	}
-	if !validPair(rfcLayer, rfcType) && validPair(siwLayer, siwType) {
+	switch {
+	case c[2]&0x07 != 0:
+		return LayoutSiw
+	case !validPair(rfcLayer, rfcType):
+		return LayoutSiw
+	case !validCode(rfcLayer, rfcType, c[1]) && validCode(siwLayer, siwType, c[1]):
 		return LayoutSiw
 	}
 	return LayoutRFC

@@ -1,0 +1,107 @@
+package cm
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// Defaults, as Linux siw and iw_cm have them.
+const (
+	// DefaultRequestTimeout is how long a responder waits for the MPA
+	// Request after TCP accept (siw_cm.h MPAREP_TIMEOUT).
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultReplyTimeout is how long an initiator waits for the MPA
+	// Reply (siw_cm.h MPAREQ_TIMEOUT).
+	DefaultReplyTimeout = 10 * time.Second
+	// DefaultBacklog is the backlog of a listen with backlog 0 (iw_cm's
+	// net/iw_cm/default_backlog).
+	DefaultBacklog = 256
+	// DefaultMaxHandshakes bounds the inbound handshakes a listener runs
+	// at once.
+	DefaultMaxHandshakes = 1024
+)
+
+// Config configures IDs. The zero value is valid and behaves as Linux siw
+// with its built-in defaults: MPA revision 2 enhanced, CRC only when the
+// peer asks, markers refused, no peer-to-peer mode as initiator (Write and
+// Read RTRs accepted as responder), IRD/ORD at most 128, private data up
+// to RFC 5044's 512 bytes, 5 s to receive a Request, 10 s to receive a
+// Reply. A Config is copied when an ID takes it; changing it afterwards
+// has no effect on that ID.
+type Config struct {
+	// MPA is the negotiation policy: revision, CRC, markers, P2P and RTR
+	// types, IRD/ORD limits, the private-data limit (set
+	// MPA.MaxPrivateData to mpa.SiwMaxPrivateData toward Linux siw), the
+	// initiator's first-send delay, the Terminate layout.
+	MPA mpa.Policy
+	// RequestTimeout bounds the time from TCP accept to a whole MPA
+	// Request (a trickling peer does not extend it), and each write of a
+	// Reply. 0 means DefaultRequestTimeout (5 s).
+	RequestTimeout time.Duration
+	// ReplyTimeout bounds the time from Connect to a whole MPA Reply, TCP
+	// connection setup included. 0 means DefaultReplyTimeout (10 s).
+	ReplyTimeout time.Duration
+	// Backlog is the backlog of the net-style Listen. 0 means
+	// DefaultBacklog (256).
+	Backlog int
+	// MaxHandshakes bounds the inbound handshakes (TCP accepted, Request
+	// not yet complete) a listener runs at once; further connections wait
+	// in the kernel's accept queue. 0 means DefaultMaxHandshakes (1024).
+	MaxHandshakes int
+	// Logger receives lifecycle logs (Info: listen, established,
+	// disconnect, close, refused requests; Debug: handshake details).
+	// nil means zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Clone returns a copy of c (the Logger is shared).
+func (c *Config) Clone() *Config {
+	if c == nil {
+		return nil
+	}
+	d := *c
+	return &d
+}
+
+// resolve returns a copy of c (nil means the zero Config) with defaults
+// filled in, or an error for a field out of range.
+func (c *Config) resolve() (Config, error) {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	pol, err := r.MPA.Resolve()
+	if err != nil {
+		return r, fmt.Errorf("cm: config: %w", err)
+	}
+	r.MPA = pol
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+		n   string
+	}{{&r.RequestTimeout, DefaultRequestTimeout, "RequestTimeout"}, {&r.ReplyTimeout, DefaultReplyTimeout, "ReplyTimeout"}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return r, fmt.Errorf("cm: config: negative %s %v", d.n, *d.v)
+		}
+	}
+	if r.Backlog == 0 {
+		r.Backlog = DefaultBacklog
+	}
+	if r.MaxHandshakes == 0 {
+		r.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if r.Backlog < 0 || r.MaxHandshakes < 0 {
+		return r, fmt.Errorf("cm: config: negative Backlog %d or MaxHandshakes %d", r.Backlog, r.MaxHandshakes)
+	}
+	if r.Logger == nil {
+		r.Logger = zap.NewNop()
+	}
+	return r, nil
+}

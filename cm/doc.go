@@ -1,0 +1,123 @@
+// Package cm is the connection manager: Linux iw_cm's API
+// (include/rdma/iw_cm.h, drivers/infiniband/core/iwcm.c) in Go, over real
+// TCP, with the MPA connection setup of RFC 5044 §7.1 and RFC 6581 done
+// the way Linux siw does it (drivers/infiniband/sw/siw/siw_cm.c).
+//
+// # Layering
+//
+//	   ULP (handler, or the net-style Listen/Accept/Dial)
+//	    |  NewID, Listen, Connect, Accept, Reject, Disconnect, Destroy
+//	    v                                           ^ events, one goroutine per ID
+//	   cm: IDs, state machine, event queues, TCP listen/dial
+//	    |  mpa.ReadRequest / Responder.Accept / Reject, mpa.Initiator.Handshake
+//	    v
+//	   mpa: the two halves of the handshake (straight-line code)
+//	    |  QP.Start(conn, *mpa.Params) once the handshake is done
+//	    v
+//	   QP (rdmap.QP): owns the TCP connection from then on; sends the RTR
+//	   (initiator, P2P) or nothing before the initiator's first FPDU
+//	   (responder); Done/Err tell the cm when the connection has ended.
+//
+// The cm owns TCP until the handshake is done, then hands the connection
+// and what was negotiated (mpa.Params) to the QP. The initiator's RTR in
+// peer-to-peer mode is the QP's job, not the cm's: a zero-length Read RTR
+// takes an ORD slot and a Read MSN, and a Send RTR a Send MSN, which only
+// the QP tracks. The cm sends nothing after the handshake itself except the
+// LLP Terminates of the MPA phase (AppendLLPTerminate).
+//
+// # States
+//
+// An ID moves through iw_cm's states (iwcm.c enum iw_cm_state); every
+// change goes through one function that checks the transition:
+//
+//	              NewID
+//	                |
+//	                v          Listen
+//	   +--------- IDLE -------------------> LISTEN
+//	   |          |  ^ ConnectReply failed     |  a valid MPA Request makes
+//	   |  Connect |  | (rejected, reset,       |  a child ID in CONN_RECV
+//	   |          v  |  timeout, refused ...)  v  and a ConnectRequest event
+//	   |       CONN_SENT                   CONN_RECV ---------------+
+//	   |          |                            |                    | Reject,
+//	   |          | ConnectReply OK            | Accept (Reply      | failed Accept
+//	   |          | + Established              | sent, QP started)  | (no events)
+//	   |          v                            v  + Established     v
+//	   |       ESTABLISHED <-------------------+                   IDLE
+//	   |          |
+//	   |          | Disconnect(abrupt) or the QP ends (peer FIN/RST,
+//	   |          | Terminate, error): Disconnect event
+//	   |          v
+//	   |       CLOSING
+//	   |          | the QP is done: Close event (the last one)
+//	   |          v
+//	   |        IDLE
+//	   |
+//	   +-- Destroy from any state --> DESTROYING (no more events)
+//
+// IDs are single-use: an ID that has left IDLE cannot Listen or Connect
+// again, so Close really is the last event it sees.
+//
+// What each call does in each state (others return a *StateError, which
+// matches ErrInvalidState):
+//
+//	              IDLE(fresh) LISTEN CONN_RECV CONN_SENT ESTABLISHED CLOSING DESTROYING
+//	Listen        yes         -      -         -         -           -       -
+//	Connect       yes         -      -         -         -           -       -
+//	Accept        -           -      yes       -         -           -       -
+//	Reject        -           -      yes       -         -           -       -
+//	Disconnect    no-op       -      no-op     -         yes         abrupt  -
+//	InitQPAttr    yes         -      yes       yes       yes         -       -
+//	Destroy       yes         yes    rejects   cancels   aborts      aborts  no-op
+//
+// # Events and handlers
+//
+// Each ID delivers its events to its Handler in order, one at a time, on
+// its own event goroutine (started when an event is queued, gone when the
+// queue is empty). A ConnectRequest is an event of the listener: it runs on
+// the listener's goroutine, one request after the other, with the new
+// child ID as the handler's id; the child's own events (Established,
+// Disconnect, Close) follow on the child's goroutine, never before its
+// ConnectRequest handler has returned. So a handler that calls Accept sees
+// Established after it returns.
+//
+// A handler may call Accept, Reject, Disconnect and Destroy on its own ID:
+// these calls never wait for the handler. Destroy called from another
+// goroutine waits until a handler running with that ID has returned. A
+// handler that returns an error destroys its ID (a ConnectRequest child in
+// CONN_RECV is then rejected, as iw_cm does). Handlers should not block
+// for long: later events of the ID (and, for a listener, later requests)
+// wait. A handler that waits for another ID's handler risks a deadlock the
+// package cannot see.
+//
+// Each Event is a fresh value: its PrivateData and Peer are copies, which
+// the handler may keep.
+//
+// After Reject returns, or after Destroy returns, no event is delivered to
+// that ID ("The client can assume that no events will be delivered to the
+// specified IW CM identifier following the return of this function",
+// iw_cm.h). Reject moves the ID to IDLE before it answers the peer, as
+// iw_cm_reject does.
+//
+// # Negotiation
+//
+// Config.MPA (an mpa.Policy) is the policy; its zero value is siw's
+// defaults. Per ID, SetConfig overrides it; a listener's requests inherit
+// the listener's. Revision 2 with the RFC 6581 block is sent by default;
+// a responder answers revision 1 with revision 1, revision 2 without H
+// without the block, and closes on any other revision. IRD/ORD follow
+// RFC 6581 with siw's relaxed negotiation; P2P is echoed and the RTR chosen
+// Write, then Read, then Send. A responder's request limits: a Request
+// whose PD_Length exceeds MPA.MaxPrivateData is dropped without a word, as
+// siw does; toward siw, set MPA.MaxPrivateData to mpa.SiwMaxPrivateData.
+//
+// # Bad input
+//
+// Every malformed, refused or stalled handshake gets the answer RFC
+// 5044/6581 and siw give (a Reply with R set, an LLP Terminate, or a
+// close; see mpa.HandshakeError), is logged at Debug (responder) or
+// reported in ConnectReply (initiator), and touches no other connection.
+// A responder's handshake has RequestTimeout in all, however slowly the
+// bytes come; a listener runs at most MaxHandshakes of them at once, and
+// holds at most its backlog of requests waiting for an answer (more are
+// rejected).
+package cm

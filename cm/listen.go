@@ -1,0 +1,290 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// Listen makes the ID listen for connections on the TCP address addr
+// ("127.0.0.1:7174"; port 0 picks one, see LocalAddr) (iw_cm_listen).
+// Each inbound connection runs the responder's half of the MPA handshake
+// within the Config's RequestTimeout; a valid Request makes a child ID in
+// StateConnRecv and a ConnectRequest event for the handler. At most
+// backlog requests wait for Accept or Reject (0 means DefaultBacklog);
+// past that a request is rejected with an MPA Reply with R set. Listen is
+// allowed only on a fresh ID in StateIdle.
+func (id *ID) Listen(addr string, backlog int) error {
+	return id.listen(context.Background(), addr, backlog)
+}
+
+func (id *ID) listen(ctx context.Context, addr string, backlog int) error {
+	if backlog < 0 {
+		return fmt.Errorf("cm: listen: negative backlog %d", backlog)
+	}
+	if backlog == 0 {
+		backlog = DefaultBacklog
+	}
+	id.mu.Lock()
+	if err := id.checkFreshLocked("listen"); err != nil {
+		id.mu.Unlock()
+		return err
+	}
+	id.used = true // claims the ID while the socket is set up
+	id.mu.Unlock()
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if err == nil && id.state != StateIdle {
+		_ = ln.Close() // destroyed meanwhile
+		err = &StateError{Op: "listen", State: id.state}
+	}
+	if err != nil {
+		if id.state == StateIdle {
+			id.used = false
+		}
+		return fmt.Errorf("cm: listen: %w", err)
+	}
+	if err := id.setStateLocked(StateListen); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	id.ln = ln
+	id.laddr = ln.Addr()
+	id.backlog = backlog
+	id.lnCtx, id.lnCancel = context.WithCancel(context.Background())
+	id.lg = id.lg.With(zap.Stringer(keyLocal, id.laddr))
+	id.lg.Info("listening", zap.Int(keyBacklog, backlog))
+	id.lnWG.Add(1)
+	go id.acceptLoop(id.lnCtx, ln, id.cfg, id.lg)
+	return nil
+}
+
+// acceptLoop accepts TCP connections and runs a responder handshake for
+// each, at most cfg.MaxHandshakes at once.
+func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *zap.Logger) {
+	defer id.lnWG.Done()
+	sem := make(chan struct{}, cfg.MaxHandshakes)
+	var backoff time.Duration
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off as
+			// net/http's Server does, and carry on.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			lg.Warn("accept failed; retrying", zap.Error(err), zap.Duration(keyBackoff, backoff))
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
+		}
+		backoff = 0
+		id.lnWG.Add(1)
+		go func() {
+			defer id.lnWG.Done()
+			defer func() { <-sem }()
+			id.serveConn(ctx, c, cfg, lg)
+		}()
+	}
+}
+
+// serveConn runs the responder's half up to a valid Request, then makes
+// the child ID and queues its ConnectRequest.
+func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.Logger) {
+	ctx, cancel := context.WithTimeout(lctx, cfg.RequestTimeout)
+	resp, err := mpa.ReadRequest(ctx, c, &cfg.MPA)
+	cancel()
+	if err != nil {
+		// The peer got siw's answer (a reject, or nothing); nothing
+		// reaches the ULP.
+		var hs *mpa.HandshakeError
+		answer := mpa.AnswerClose
+		if errors.As(err, &hs) {
+			answer = hs.Answer
+		}
+		lg.Debug("inbound handshake failed", zap.Stringer(keyRemote, c.RemoteAddr()),
+			zap.Stringer(keyAnswer, answer), zap.Error(err))
+		_ = c.Close()
+		return
+	}
+	req := resp.Request()
+
+	id.mu.Lock()
+	if id.state != StateListen {
+		id.mu.Unlock()
+		rejectAndClose(resp, c, cfg)
+		return
+	}
+	if int(id.pending.Load()) >= id.backlog {
+		backlog := id.backlog
+		id.mu.Unlock()
+		lg.Info("backlog full; request rejected", zap.Stringer(keyRemote, c.RemoteAddr()), zap.Int(keyBacklog, backlog))
+		rejectAndClose(resp, c, cfg)
+		return
+	}
+	id.pending.Add(1)
+	child := id.newChildLocked(c, resp)
+	peer := req
+	ev := &Event{
+		Type:        EventConnectRequest,
+		Listener:    id,
+		LocalAddr:   child.laddr,
+		RemoteAddr:  child.raddr,
+		PrivateData: req.PrivateData,
+		IRD:         int(req.IRD),
+		ORD:         int(req.ORD),
+		Peer:        &peer,
+		child:       child,
+	}
+	id.enqueueLocked(ev)
+	id.mu.Unlock()
+	child.lg.Debug("connect request", zap.Uint8(keyRev, req.Rev), zap.Bool(keyEnhanced, req.Enhanced),
+		zap.Int(keyIRD, ev.IRD), zap.Int(keyORD, ev.ORD), zap.Bool(keyCRC, req.CRC), zap.Bool(keyP2P, req.P2P),
+		zap.Stringer(keyRTR, req.RTRs()), zap.Int(keyPDLen, len(req.PrivateData)))
+}
+
+func rejectAndClose(resp *mpa.Responder, c net.Conn, cfg *Config) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+	_ = resp.Reject(ctx, nil)
+	cancel()
+	_ = c.Close()
+}
+
+// Accept accepts a request (iw_cm_accept): it sends the MPA Reply (the
+// revision RFC 6581 requires, IRD/ORD negotiated with siw's relaxed rules,
+// P2P echoed, the RTR type chosen from the offer), starts p.QP on the
+// connection, and queues Established (delivered after the handler
+// returns, if Accept is called from inside it, else possibly before Accept
+// returns). It is allowed only in StateConnRecv. If p is refused (no QP,
+// IRD/ORD or private data over the limits) nothing is sent and the request
+// may still be answered. If the Reply cannot be sent or the QP does not
+// start, the connection is closed, the ID moves to StateIdle and gets no
+// events (as iw_cm: "an error on accept precludes provider events").
+func (id *ID) Accept(p ConnParam) error {
+	id.mu.Lock()
+	if err := id.checkStateLocked("accept", StateConnRecv); err != nil {
+		id.mu.Unlock()
+		return err
+	}
+	if id.answering {
+		id.mu.Unlock()
+		return &StateError{Op: "accept", State: StateConnRecv, Reason: "an answer is in progress"}
+	}
+	if p.QP == nil {
+		id.mu.Unlock()
+		return ErrNoQP
+	}
+	if _, _, err := id.resp.Negotiate(p.IRD, p.ORD, p.PrivateData); err != nil {
+		id.mu.Unlock()
+		return fmt.Errorf("cm: accept: %w", err)
+	}
+	id.answering = true
+	done := make(chan struct{})
+	id.answerDone = done
+	resp, conn, timeout := id.resp, id.conn, id.cfg.RequestTimeout
+	id.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	params, err := resp.Accept(ctx, p.IRD, p.ORD, p.PrivateData)
+	cancel()
+
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	defer close(done)
+	id.answering = false
+	if id.state != StateConnRecv {
+		_ = conn.Close()
+		return &StateError{Op: "accept", State: id.state, Reason: "destroyed during accept"}
+	}
+	id.leavePendingLocked()
+	if err == nil {
+		if err = p.QP.Start(conn, params); err != nil {
+			err = fmt.Errorf("QP start: %w", err)
+		}
+	}
+	if err != nil {
+		_ = id.setStateLocked(StateIdle)
+		id.drop = true
+		_ = conn.Close()
+		id.lg.Info("accept failed", zap.Error(err))
+		return fmt.Errorf("cm: accept: %w", err)
+	}
+	id.conn, id.resp = nil, nil
+	id.establishLocked(p.QP, params)
+	ev := &Event{Type: EventEstablished, LocalAddr: id.laddr, RemoteAddr: id.raddr,
+		IRD: params.IRD, ORD: params.ORD, Params: copyParams(params)}
+	id.enqueueLocked(ev)
+	id.lg.Info("established", zap.Int(keyIRD, params.IRD), zap.Int(keyORD, params.ORD), zap.Bool(keyCRC, params.CRC),
+		zap.Bool(keyP2P, params.P2P), zap.Stringer(keyRTR, params.RTR), zap.Uint8(keyRev, params.Rev))
+	return nil
+}
+
+// Reject refuses a request (iw_cm_reject): it sends an MPA Reply with R
+// set carrying privateData (plus the RFC 6581 block when the Request was
+// enhanced), then closes the connection. It is allowed only in
+// StateConnRecv. Once Reject returns no event is delivered to the ID, and
+// privateData may be reused. Private data over the limit is refused with
+// nothing sent. The ID stays in StateIdle; Destroy it when done.
+func (id *ID) Reject(privateData []byte) error {
+	id.mu.Lock()
+	if err := id.checkStateLocked("reject", StateConnRecv); err != nil {
+		id.mu.Unlock()
+		return err
+	}
+	if id.answering {
+		id.mu.Unlock()
+		return &StateError{Op: "reject", State: StateConnRecv, Reason: "an answer is in progress"}
+	}
+	pol := id.resp.Policy()
+	rej := id.resp.RejectFrame(nil)
+	if max := pol.MaxULPPrivateData(rej.Enhanced); len(privateData) > max {
+		id.mu.Unlock()
+		return fmt.Errorf("cm: reject: %w: %d bytes, at most %d", mpa.ErrPrivateDataLimit, len(privateData), max)
+	}
+	// As iw_cm_reject: the state is IDLE before the provider is told, so
+	// nothing that happens next reaches the ULP.
+	_ = id.setStateLocked(StateIdle)
+	id.drop = true
+	id.queue = nil
+	id.leavePendingLocked()
+	resp, conn, timeout, lg := id.resp, id.conn, id.cfg.RequestTimeout, id.lg
+	id.conn, id.resp = nil, nil
+	id.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := resp.Reject(ctx, privateData)
+	cancel()
+	_ = conn.Close()
+	lg.Info("rejected", zap.Int(keyPDLen, len(privateData)), zap.Error(err))
+	if err != nil {
+		return fmt.Errorf("cm: reject: %w", err)
+	}
+	return nil
+}
+
+func copyParams(p *mpa.Params) *mpa.Params {
+	q := *p
+	return &q
+}

@@ -1,0 +1,25 @@
+package cm
+
+// Log field keys, one spelling each (STYLE section 8).
+const (
+	keyCMID     = "cm_id"
+	keyListener = "listener_id"
+	keyState    = "state"
+	keyTo       = "to"
+	keyLocal    = "local"
+	keyRemote   = "remote"
+	keyBacklog  = "backlog"
+	keyBackoff  = "backoff"
+	keyAnswer   = "answer"
+	keyEvent    = "event"
+	keyStatus   = "status"
+	keyAbrupt   = "abrupt"
+	keyRev      = "mpa_rev"
+	keyEnhanced = "enhanced"
+	keyIRD      = "ird"
+	keyORD      = "ord"
+	keyCRC      = "crc"
+	keyP2P      = "p2p"
+	keyRTR      = "rtr"
+	keyPDLen    = "private_data_len"
+)

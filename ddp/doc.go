@@ -1,0 +1,40 @@
+// Package ddp implements the wire format of the Direct Data Placement
+// protocol (DDP, RFC 5041): the tagged and untagged segment headers, the
+// cutting of a message into segments that fit the MULPDU, and the DDP
+// error types and codes carried in a Terminate.
+//
+// # Layering
+//
+// DDP segments travel as the ULPDUs of MPA FPDUs (RFC 5044, package mpa)
+// and carry RDMAP (RFC 5040, package rdmap) messages. RDMAP keeps its own
+// control byte, and for untagged messages its Invalidate STag, inside the
+// DDP header's RsvdULP field, so one header holds both layers:
+//
+//	TCP byte stream
+//	  └─ MPA FPDU       ULPDU_Length | ULPDU | pad | CRC32c     (mpa)
+//	       └─ DDP segment header, 14 (tagged) or 18 (untagged)  (ddp)
+//	            ├─ RsvdULP: RDMAP control (RV, opcode)          (rdmap)
+//	            └─ payload: data, or a Read Request / Terminate
+//	               / Atomic header                              (rdmap)
+//
+// Tagged segments (RFC 5041 §4.2) name a registered buffer by STag and
+// tagged offset (TO) and are placed there directly: RDMA Write and Read
+// Response. Untagged segments (RFC 5041 §4.3) name a queue (QN), message
+// (MSN) and offset (MO): Send on QN 0, Read Request on QN 1, Terminate on
+// QN 2, and the RFC 7306 atomics on QN 3.
+//
+// # Usage
+//
+// Parse validates a header once (length and DDP version, RFC 5041 §4.1)
+// and returns a Header view whose accessors read the bytes in place;
+// AppendTagged and AppendUntagged encode from TaggedFields and
+// UntaggedFields. Neither allocates. A version other than 1 is returned as
+// a *VersionError together with the view, so the receiver can still build
+// the Terminate RFC 5041 §7.2 prescribes (tagged or untagged "invalid DDP
+// version"). Reserved control bits are reported by Header.Reserved, not
+// refused: Linux siw (drivers/infiniband/sw/siw/siw_qp_rx.c) ignores them
+// too.
+//
+// The package has no state, starts no goroutines and does no I/O; all of
+// it is safe for concurrent use.
+package ddp

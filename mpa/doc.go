@@ -1,0 +1,50 @@
+// Package mpa implements Marker PDU Aligned framing (MPA, RFC 5044, with
+// the enhanced connection setup of RFC 6581): the framing that turns a TCP
+// byte stream into the record stream DDP (RFC 5041, package ddp) needs.
+//
+// # Layering
+//
+//	ULP (RDMAP, package rdmap) ── DDP segments (package ddp)
+//	        │ each DDP segment is one ULPDU
+//	        ▼
+//	MPA full operation (RFC 5044 §4):
+//	        FPDU = ULPDU_Length(2) | ULPDU | pad(0-3) | CRC32c(4)
+//	        plus a 4-byte marker at every 512th stream octet when the
+//	        receiver asked for markers (RFC 5044 §4.3)
+//	        ▲
+//	MPA connection setup (RFC 5044 §7.1, RFC 6581 §5):
+//	        "MPA ID Req Frame" / "MPA ID Rep Frame", flags M C R H, Rev,
+//	        PD_Length, the RFC 6581 IRD/ORD block, private data
+//	        │
+//	        ▼
+//	TCP
+//
+// # Wire code
+//
+// frame.go, fpdu.go and markers.go hold pure functions over byte slices:
+// ParseFrame/AppendFrame for Request and Reply frames (a struct, since a
+// frame is parsed once per connection), ParseFPDU/AppendFPDU and
+// AppendTrailer for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
+// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do not
+// allocate (beyond growing a caller's too-small buffer), keep no state and
+// are safe for concurrent use. Every malformed Request/Reply case has its
+// own error (ErrTruncated, ErrBadKey, *RevisionError matching
+// ErrUnknownRevision, ErrPDTooLong, ErrEnhancedShort, ErrReservedBits) so
+// that the handshake can answer each the way RFC 5044 and Linux siw
+// (drivers/infiniband/sw/siw/siw_cm.c) do.
+//
+// The CRC is CRC32c computed with hash/crc32's Castagnoli table over the
+// whole FPDU before the CRC field, markers included, and is sent as the
+// little-endian 32-bit value, byte for byte what Linux siw sends (and the
+// byte order RFC 3720 appendix B.4 prints its examples in).
+//
+// # Stream code
+//
+// Deframer cuts a byte stream (a TCP connection, or a reassembled capture
+// in the layers package) into FPDUs, removing markers and checking CRCs;
+// it is resumable after any reader error. Framer builds FPDUs for one
+// direction and keeps the marker position. Each must be used from one
+// goroutine: in a QP, the receive goroutine owns the Deframer and the send
+// goroutine the Framer. The handshake (handshake.go) is straight-line code
+// on top of the frame functions.
+package mpa

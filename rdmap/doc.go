@@ -1,0 +1,69 @@
+// Package rdmap implements the Remote Direct Memory Access Protocol
+// (RDMAP, RFC 5040, with the RFC 7306 extensions) and the verbs of a
+// software RNIC: devices, protection domains, memory regions and their
+// STags, completion queues, shared receive queues and reliable connected
+// queue pairs, with the per-QP engines that move data over DDP (RFC 5041,
+// package ddp) and MPA (RFC 5044, package mpa) on a TCP connection.
+//
+//	Device ── PD ── MR (STag = 24-bit index << 8 | 8-bit key, as siw)
+//	   │       └── QP ── SendCQ, RecvCQ (CQ), SRQ
+//	   └── Memory (AllocMemory: mmap outside the Go heap, guard pages)
+//
+// # Verbs
+//
+// PostSend and PostRecv copy the work request into a ring under a short
+// mutex and ring the send engine's doorbell; they never block and take no
+// context. CQ.Poll never blocks; CQ.Wait blocks for a completion. A QP is
+// created IDLE, takes receives (and queues sends) at once, and moves to
+// RTS when the connection manager calls Start with the negotiated TCP
+// connection (the cm.QP interface). Completions of send work requests
+// come in SQ order; Sends, Writes and Local Invalidates complete when
+// written to the socket, Reads and atomics when their response has been
+// placed. Every work request completes exactly once: with success, an
+// error status, or WCWRFlushErr when the QP leaves RTS before it could.
+//
+// # Engines and concurrency
+//
+// Each started QP runs two goroutines. The send goroutine (tx.go) owns
+// the framer, the SQ cursor and the outgoing Read and Atomic Responses:
+// it cuts messages into DDP segments no larger than the MULPDU (from the
+// connection's TCP_MAXSEG, as siw does), frames each as an FPDU whose
+// payload is a slice of registered memory, and writes many FPDUs with one
+// writev (net.Buffers over reused arrays). The receive goroutine (rx.go)
+// owns the deframing, reassembly and placement state: it reads the length
+// and headers of an FPDU, validates them, then reads the payload straight
+// into the target memory, updating the CRC32c over the placed bytes. No
+// data moves through channels; the engines share only the SQ, ORQ and IRQ
+// rings under QP.sqMu. In steady state a work request allocates nothing.
+//
+// Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
+//
+// # Errors
+//
+// Every protocol error ends in the Terminate RFC 5040/5041/5044 prescribe,
+// with the codes Linux siw uses (siw_qp_rx.c, siw_qp.c; see TerminateError
+// and the tests in hostile_test.go), the offending DDP header (and Read
+// Request) copied in as siw does, then a FIN, the QP in ERROR and every
+// outstanding work request flushed. A received Terminate does the same
+// without answering, and QP.Err reports its layer, type and code.
+//
+// # Wire code
+//
+// RDMAP's control byte (RV, opcode; RFC 5040 §4.2) and, for Send with
+// Invalidate, the Invalidate STag live in the DDP header's RsvdULP field;
+// ControlByte and Control encode and split the byte. The headers that
+// follow a DDP header are views or small structs with Parse/Append pairs
+// that do not allocate (header.go, terminate.go):
+//
+//	Read Request (RFC 5040 §4.4, QN 1)       ReadRequest, AppendReadRequest
+//	Terminate (RFC 5040 §4.8, QN 2)          Terminate, ParseTerminate, AppendTerminate
+//	Atomic Request/Response (RFC 7306 §5)    AtomicRequest, AtomicResponse
+//
+// Linux siw writes the Terminate control word from C bitfields, so on x86
+// its bytes are not in RFC order (drivers/infiniband/sw/siw/iwarp.h,
+// struct iwarp_terminate). ParseTerminate detects that layout where the
+// bytes allow it (DetectLayout lists the words that stay ambiguous) and
+// reports which one it read; AppendTerminate writes either.
+//
+// The wire functions keep no state and are safe for concurrent use.
+package rdmap

@@ -1,0 +1,501 @@
+package rdmap_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gosiw/gosiw/ddp"
+	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+)
+
+// victim is a QP under attack and its memory: a registered window into a
+// larger buffer whose bytes outside the window are canaries that must
+// never change.
+type victim struct {
+	qp      *rdmap.QP
+	cq      *rdmap.CQ
+	pd      *rdmap.PD
+	backing []byte
+	window  []byte
+	mr      *rdmap.MR // remote read/write/atomic over window
+	localMR *rdmap.MR // local write only
+	otherPD *rdmap.MR // in another PD
+	recv    *rdmap.MR
+	srcMR   *rdmap.MR
+}
+
+const (
+	canary  = 0xa5
+	winOff  = 4096
+	winSize = 4096
+)
+
+func newVictim(t *testing.T, dev *rdmap.Device, cfg rdmap.QPConfig) *victim {
+	t.Helper()
+	v := &victim{pd: dev.AllocPD()}
+	var err error
+	if v.cq, err = dev.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	cfg.SendCQ, cfg.RecvCQ = v.cq, v.cq
+	if v.qp, err = v.pd.CreateQP(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	v.backing = bytes.Repeat([]byte{canary}, 3*winSize)
+	v.window = v.backing[winOff : winOff+winSize]
+	reg := func(pd *rdmap.PD, b []byte, acc rdmap.Access) *rdmap.MR {
+		mr, err := pd.RegisterMemory(b, acc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mr.Deregister() })
+		return mr
+	}
+	v.mr = reg(v.pd, v.window, accAll)
+	v.localMR = reg(v.pd, v.window, rdmap.AccessLocalWrite)
+	v.otherPD = reg(dev.AllocPD(), v.window, accAll)
+	v.recv = reg(v.pd, make([]byte, 128), rdmap.AccessLocalWrite)
+	v.srcMR = reg(v.pd, make([]byte, 64), rdmap.AccessLocalWrite)
+	return v
+}
+
+func (v *victim) checkCanaries(t *testing.T) {
+	t.Helper()
+	for i, c := range v.backing {
+		if (i < winOff || i >= winOff+winSize) && c != canary {
+			t.Fatalf("byte %d outside the registered window changed to %#x", i, c)
+		}
+	}
+}
+
+type hostileCase struct {
+	name    string
+	o       rdmaptest.Options
+	cfg     rdmap.QPConfig
+	noRecvs bool
+	// attack sends the offending traffic and returns the ULPDU whose
+	// header the Terminate must copy (nil: none).
+	attack func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte
+	layer  rdmap.Layer
+	etype  uint8
+	code   uint8
+	hdr    bool // M and D, the offending DDP header copied
+	rdma   bool // R, the Read Request copied
+	// recvStatus is the status of the first posted receive (the second
+	// is always flushed).
+	recvStatus rdmap.WCStatus
+	layout     rdmap.Layout
+}
+
+func tagged(stag rdmap.STag, to uint64, payload []byte, last bool) []byte {
+	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: stag, TO: to})
+	return append(h, payload...)
+}
+
+func sendULPDU(p *rdmaptest.RawPeer, ul []byte) []byte {
+	p.SendULPDU(ul)
+	return ul
+}
+
+var hostileCases = []hostileCase{
+	{name: "write-unknown-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.mr.STag()^0x5a5a00, 0, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "write-stale-key", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.mr.STag()^0x01, 0, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "write-to-out-of-bounds", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.mr.STag(), winSize-8, bytes.Repeat([]byte{1}, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	{name: "write-to-wraps", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.mr.STag(), ^uint64(0)-7, bytes.Repeat([]byte{1}, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	{name: "write-wrong-pd", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.otherPD.STag(), 0, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x02, hdr: true},
+	{name: "write-no-access-right", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.localMR.STag(), 0, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "write-stag-changes-mid-message", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.Write(v.mr.STag(), 0, make([]byte, 16), false)
+		return sendULPDU(p, tagged(v.otherPD.STag(), 16, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "write-to-gap", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.Write(v.mr.STag(), 0, make([]byte, 16), false)
+		return sendULPDU(p, tagged(v.mr.STag(), 100, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	{name: "send-no-receive", noRecvs: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1, 2, 3))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x02, hdr: true},
+	{name: "send-too-long", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), make([]byte, 65)...))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x02, hdr: true, recvStatus: rdmap.WCLocLenErr},
+	{name: "send-bad-qn", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 5, 1, 0, true, 0), 1))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x01, hdr: true},
+	{name: "send-bad-msn", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 2, 0, true, 0), 1))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x03, hdr: true},
+	{name: "send-msn-zero", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 0, 0, true, 0), 1))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x03, hdr: true},
+	{name: "send-bad-mo", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 8, true, 0), 1))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x04, hdr: true},
+	{name: "send-mo-gap", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, false, 0), 1, 2, 3, 4))
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 5, true, 0), 1))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x04, hdr: true, recvStatus: rdmap.WCWRFlushErr},
+	{name: "ddp-version-untagged", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		ul := append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1)
+		ul[0] = ul[0]&^ddp.VersionMask | 2
+		p.SendULPDU(ul)
+		return nil
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x06},
+	{name: "ddp-version-tagged", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		ul := tagged(v.mr.STag(), 0, make([]byte, 4), true)
+		ul[0] &^= ddp.VersionMask
+		p.SendULPDU(ul)
+		return nil
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x04},
+	{name: "rdmap-version", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		ul := append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1)
+		ul[1] = rdmap.ControlByte(2, rdmap.OpSend)
+		p.SendULPDU(ul)
+		return nil
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeInvalidVersion},
+	{name: "unknown-opcode", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(0xc, 0, 1, 0, true, 0), 1))
+		return nil
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode},
+	{name: "rfc7306-opcode-refused", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpImmData, 0, 1, 0, true, 0), make([]byte, 8)...))
+		return nil
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode},
+	{name: "read-request-bad-source-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag() ^ 0x777700}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeInvalidSTag, hdr: true, rdma: true},
+	{name: "read-request-no-read-right", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.localMR.STag()}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeAccessRights, hdr: true, rdma: true},
+	{name: "read-request-out-of-bounds", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag(), SrcTO: winSize - 4}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeBaseBounds, hdr: true, rdma: true},
+	{name: "read-request-wrong-pd", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.otherPD.STag()}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeSTagNotAssoc, hdr: true, rdma: true},
+	{name: "read-request-bad-msn", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 3, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}))
+	}, layer: rdmap.LayerDDP, etype: 2, code: 0x03, hdr: true},
+	{name: "read-request-with-payload", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, append(rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}), 1, 2, 3, 4))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnspecified, hdr: true},
+	{name: "read-requests-beyond-ird-0", o: rdmaptest.Options{ORD: -1}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeCatastrophicStream, hdr: true},
+	{name: "read-response-unsolicited", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		ul := tagged(v.mr.STag(), 0, make([]byte, 8), true)
+		ul[1] = rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse)
+		return sendULPDU(p, ul)
+	}, layer: rdmap.LayerDDP, etype: 0, code: 0x00, hdr: true},
+	{name: "read-response-inside-write", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.Write(v.mr.STag(), 0, make([]byte, 16), false)
+		ul := tagged(v.mr.STag(), 16, make([]byte, 8), true)
+		ul[1] = rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse)
+		return sendULPDU(p, ul)
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+	{name: "send-invalidate-bad-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 0, true, 0x42424200), 9))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+	{name: "send-invalidate-wrong-pd", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 0, true, v.otherPD.STag()), 9))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+	{name: "atomic-bad-stag", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag() ^ 0x5a5a00, TO: 0, AddSwap: 1}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeInvalidSTag, hdr: true},
+	{name: "atomic-misaligned", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag(), TO: 4, AddSwap: 1}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeBaseBounds, hdr: true},
+	{name: "bad-crc", o: rdmaptest.Options{CRC: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		b := p.Framer.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1, 2, 3), nil)
+		b[len(b)-1] ^= 0xff
+		p.SendRaw(b)
+		return nil
+	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermCRC)},
+	{name: "bad-crc-hides-bad-stag", o: rdmaptest.Options{CRC: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		b := p.Framer.AppendFPDU(nil, tagged(0x999900, 0, make([]byte, 100), true), nil)
+		b[len(b)-2] ^= 0x10
+		p.SendRaw(b)
+		return nil
+	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermCRC)},
+	{name: "ulpdu-shorter-than-header", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendULPDU([]byte{0x41, 0x43, 0, 0})
+		p.Send([]byte("more data"))
+		return nil
+	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermMarker)},
+	{name: "truncated-fpdu", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		b := p.Framer.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), make([]byte, 40)...), nil)
+		p.SendRaw(b[:30])
+		p.CloseWrite()
+		return nil
+	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermTCPClosed), recvStatus: rdmap.WCWRFlushErr},
+	{name: "siw-layout", o: rdmaptest.Options{TerminateLayoutSiw: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.mr.STag()^0x5a5a00, 0, make([]byte, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true, layout: rdmap.LayoutSiw},
+}
+
+// TestHostilePeer sends each kind of protocol violation from a raw peer
+// and checks the Terminate on the wire, the victim's error and
+// completions, its memory, and that a healthy pair on the same device
+// keeps working.
+func TestHostilePeer(t *testing.T) {
+	dev := newDevice(t)
+	ha := newSide(t, dev, rdmap.QPConfig{})
+	hb := newSide(t, dev, rdmap.QPConfig{})
+	rdmaptest.Connect(t, ha.qp, hb.qp, &rdmaptest.Options{CRC: true})
+	// Each case runs on the header-first path, the buffered path, and
+	// with markers (the Deframer path) toward the victim.
+	for _, path := range []string{"direct", "buffered", "markers"} {
+		t.Run(path, func(t *testing.T) {
+			for _, c := range hostileCases {
+				switch path {
+				case "buffered":
+					c.cfg.BufferedRx = true
+				case "markers":
+					c.o.MarkersAB = true
+				}
+				t.Run(c.name, func(t *testing.T) { runHostile(t, dev, ha, hb, c) })
+			}
+		})
+	}
+}
+
+func runHostile(t *testing.T, dev *rdmap.Device, ha, hb *side, c hostileCase) {
+	{
+		{
+			v := newVictim(t, dev, c.cfg)
+			if !c.noRecvs {
+				mustPost(t, v.qp.PostRecv(rdmap.RecvWR{ID: 1, SGL: []rdmap.SGE{v.recv.SGE(0, 64)}}))
+				mustPost(t, v.qp.PostRecv(rdmap.RecvWR{ID: 2, SGL: []rdmap.SGE{v.recv.SGE(64, 64)}}))
+			}
+			// A Read the raw peer never answers.
+			mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 10, Op: rdmap.WRRead, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x100}, Signaled: true}))
+			p := rdmaptest.NewRawPeer(t, v.qp, &c.o, false)
+			offending := c.attack(t, p, v)
+
+			term, h := p.ExpectTerminate(10 * time.Second)
+			if h.QN() != rdmap.QNTerminate || h.MSN() != 1 || h.MO() != 0 || !h.Last() {
+				t.Errorf("Terminate DDP header: QN %d MSN %d MO %d L %v", h.QN(), h.MSN(), h.MO(), h.Last())
+			}
+			if term.Layer != c.layer || term.EType != c.etype || term.Code != c.code {
+				t.Errorf("Terminate %v (layer %d type %d code %#x), want layer %d type %d code %#x", &term, term.Layer, term.EType, term.Code, c.layer, c.etype, c.code)
+			}
+			if term.Layout != c.layout {
+				t.Errorf("Terminate layout %v, want %v", term.Layout, c.layout)
+			}
+			if term.M != c.hdr || term.D != c.hdr || term.R != c.rdma {
+				t.Errorf("Terminate flags M %v D %v R %v", term.M, term.D, term.R)
+			}
+			if c.hdr && offending != nil {
+				hl := ddp.HeaderLen(offending[0])
+				if !bytes.Equal(term.DDPHeader, offending[:hl]) {
+					t.Errorf("terminated DDP header % x, want % x", term.DDPHeader, offending[:hl])
+				}
+				wantLen := len(offending)
+				if c.layout == rdmap.LayoutSiw {
+					wantLen -= hl
+				}
+				if int(term.SegLen) != wantLen {
+					t.Errorf("DDP Segment Length %d, want %d", term.SegLen, wantLen)
+				}
+				if c.rdma && !bytes.Equal(term.RDMAHeader, offending[hl:hl+rdmap.ReadRequestLen]) {
+					t.Errorf("terminated RDMA header % x", term.RDMAHeader)
+				}
+			}
+			p.ExpectEOF(10 * time.Second)
+			p.Conn.Close()
+			rdmaptest.WaitDone(t, v.qp, 10*time.Second)
+
+			var te *rdmap.TerminateError
+			if err := v.qp.Err(); !errors.As(err, &te) || te.Remote || te.Layer != c.layer || te.EType != c.etype || te.Code != c.code {
+				t.Errorf("victim Err() = %v", err)
+			} else if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("victim Err() %v is not net.ErrClosed", err)
+			}
+			if st := v.qp.State(); st != rdmap.StateError {
+				t.Errorf("victim state %v", st)
+			}
+			checkFlushed(t, v, c)
+			v.checkCanaries(t)
+			pingPong(t, ha, hb)
+		}
+	}
+}
+
+// checkFlushed checks that every work request the victim had completed
+// with the expected status.
+func checkFlushed(t *testing.T, v *victim, c hostileCase) {
+	t.Helper()
+	want := map[uint64]rdmap.WCStatus{10: rdmap.WCWRFlushErr}
+	if !c.noRecvs {
+		want[1] = rdmap.WCWRFlushErr
+		if c.recvStatus != rdmap.WCSuccess {
+			want[1] = c.recvStatus
+		}
+		want[2] = rdmap.WCWRFlushErr
+	}
+	wcs := make([]rdmap.WC, 16)
+	n := v.cq.Poll(wcs)
+	got := map[uint64]rdmap.WCStatus{}
+	for _, wc := range wcs[:n] {
+		got[wc.ID] = wc.Status
+	}
+	if len(got) != len(want) {
+		t.Fatalf("completions %v, want %v", got, want)
+	}
+	for id, st := range want {
+		if got[id] != st {
+			t.Errorf("WR %d completed with %v, want %v", id, got[id], st)
+		}
+	}
+}
+
+// pingPong checks a healthy pair still works.
+func pingPong(t *testing.T, a, b *side) {
+	t.Helper()
+	buf := make([]byte, 32)
+	mr := b.reg(t, buf, rdmap.AccessLocalWrite)
+	msg := a.reg(t, []byte("still alive"), 0)
+	mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: 77, SGL: []rdmap.SGE{mr.SGE(0, 32)}}))
+	mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 78, Op: rdmap.WRSend, SGL: []rdmap.SGE{msg.SGE(0, 11)}}))
+	expectWC(t, poll(t, b.cq), 77, rdmap.WCRecv, rdmap.WCSuccess)
+	if string(buf[:11]) != "still alive" {
+		t.Fatalf("healthy pair got %q", buf[:11])
+	}
+}
+
+// TestReceivedTerminate: a Terminate from the peer puts the QP in ERROR,
+// flushes it, surfaces layer/type/code, and is not answered.
+func TestReceivedTerminate(t *testing.T) {
+	for _, layout := range []rdmap.Layout{rdmap.LayoutRFC, rdmap.LayoutSiw} {
+		t.Run(layout.String(), func(t *testing.T) {
+			dev := newDevice(t)
+			v := newVictim(t, dev, rdmap.QPConfig{})
+			mustPost(t, v.qp.PostRecv(rdmap.RecvWR{ID: 1, SGL: []rdmap.SGE{v.recv.SGE(0, 64)}}))
+			mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 10, Op: rdmap.WRRead, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x100}, Signaled: true}))
+			p := rdmaptest.NewRawPeer(t, v.qp, nil, false)
+			p.Write(0x100, 0, nil, true) // a first FPDU, so the victim may send
+			// Read the victim's Read Request, then refuse it.
+			ul, err := p.NextFPDU(5 * time.Second)
+			if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+				t.Fatalf("expected the victim's Read Request: %v", err)
+			}
+			p.SendTerminate(&rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteProtection, Code: rdmap.CodeInvalidSTag,
+				M: true, D: true, R: true, SegLen: uint16(len(ul)), DDPHeader: ul[:ddp.UntaggedHeaderLen], RDMAHeader: ul[ddp.UntaggedHeaderLen:], Layout: layout})
+			p.ExpectEOFNoData(10 * time.Second)
+			p.Conn.Close()
+			rdmaptest.WaitDone(t, v.qp, 10*time.Second)
+			var te *rdmap.TerminateError
+			err = v.qp.Err()
+			if !errors.As(err, &te) || !te.Remote || te.Layer != rdmap.LayerRDMAP || te.EType != rdmap.ETypeRemoteProtection || te.Code != rdmap.CodeInvalidSTag || te.Layout != layout || te.Bogus {
+				t.Fatalf("Err() = %v (%+v)", err, te)
+			}
+			if !errors.Is(err, &rdmap.TerminateError{Remote: true, Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteProtection, Code: rdmap.CodeInvalidSTag}) {
+				t.Error("errors.Is does not match the TerminateError")
+			}
+			wcs := pollN(t, v.cq, 2)
+			for _, wc := range wcs {
+				switch wc.ID {
+				case 1:
+					if wc.Status != rdmap.WCWRFlushErr {
+						t.Errorf("receive: %v", wc.Status)
+					}
+				case 10:
+					// The Terminate names our Read: a remote access error.
+					if wc.Status != rdmap.WCRemAccessErr || wc.Op != rdmap.WCRead {
+						t.Errorf("read: %v", wc.Status)
+					}
+				}
+			}
+			if s := v.qp.Stats(); s.TerminatesRecvd != 1 || s.TerminatesSent != 0 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestReadRequestsBeyondIRD overflows an IRD of 1 while the victim is
+// still busy answering a large Read.
+func TestReadRequestsBeyondIRD(t *testing.T) {
+	dev := newDevice(t)
+	v := newVictim(t, dev, rdmap.QPConfig{})
+	big, err := v.pd.RegisterMemory(make([]byte, 8<<20), rdmap.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Deregister()
+	p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{ORD: 1, IRD: 1}, false)
+	var b []byte
+	for i := range 3 {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, uint32(i+1), 0, true, 0)
+		ul := rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x500, Size: 8 << 20, SrcSTag: big.STag()})
+		b = p.Framer.AppendFPDU(b, ul, nil)
+	}
+	p.SendRaw(b)
+	term, _ := p.ExpectTerminate(20 * time.Second)
+	if term.Layer != rdmap.LayerRDMAP || term.EType != rdmap.ETypeRemoteOperation || term.Code != rdmap.CodeCatastrophicStream || !term.D {
+		t.Fatalf("Terminate %v", &term)
+	}
+	if dh := ddp.Header(term.DDPHeader); dh.QN() != 1 || dh.MSN() != 2 {
+		t.Fatalf("terminated header QN %d MSN %d, want the second Read Request", dh.QN(), dh.MSN())
+	}
+	p.ExpectEOF(10 * time.Second)
+	p.Conn.Close()
+	rdmaptest.WaitDone(t, v.qp, 10*time.Second)
+}
+
+func TestHostileAllocMemoryGuard(t *testing.T) {
+	dev := newDevice(t)
+	mem, err := dev.AllocMemory(10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	v := newVictim(t, dev, rdmap.QPConfig{})
+	mr, err := v.pd.RegisterMemory(mem.Bytes(), rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Deregister()
+	p := rdmaptest.NewRawPeer(t, v.qp, nil, false)
+	// The last byte is fine; one past the end is a bounds error (and
+	// would have faulted on the guard page had it been placed).
+	p.Write(mr.STag(), uint64(mem.Len()-1), []byte{7}, true)
+	p.Write(mr.STag(), uint64(mem.Len()), []byte{7, 7, 7, 7}, true)
+	term, _ := p.ExpectTerminate(10 * time.Second)
+	if term.Layer != rdmap.LayerDDP || term.EType != 1 || term.Code != 0x01 {
+		t.Fatalf("Terminate %v", &term)
+	}
+	p.ExpectEOF(10 * time.Second)
+	p.Conn.Close()
+	rdmaptest.WaitDone(t, v.qp, 10*time.Second)
+	if b := mem.Bytes(); b[len(b)-1] != 7 {
+		t.Fatalf("last byte %d", b[len(b)-1])
+	}
+	_ = binary.LittleEndian
+}

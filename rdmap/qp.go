@@ -1,0 +1,827 @@
+package rdmap
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// Limits and defaults of a queue pair (Linux siw's, siw.h, where it has
+// them).
+const (
+	// MaxSGE is the largest number of SGEs a work request may carry.
+	MaxSGE = 16
+	// MaxInlineData is the largest QPConfig.MaxInline.
+	MaxInlineData = 1024
+	// MaxIRDORD is the largest IRD or ORD a QP accepts (siw's 128).
+	MaxIRDORD = 128
+
+	defaultWR                = 128
+	defaultSGE               = 6  // SIW_MAX_SGE
+	defaultInline            = 80 // SIW_MAX_INLINE
+	defaultDisconnectTimeout = 3 * time.Second
+	// defaultEMSS is the EMSS assumed for a connection that has no
+	// TCP_MAXSEG (net.Pipe, for instance).
+	defaultEMSS = 1460
+	// termLinger bounds how long a QP that sent or received a Terminate
+	// waits for the peer to close before it closes the connection.
+	termLinger = 2 * time.Second
+	// termWriteTimeout bounds the write of a Terminate (best effort).
+	termWriteTimeout = 2 * time.Second
+	// minULPDU is the smallest MULPDU a QP works with.
+	minULPDU = 128
+)
+
+// QPConfig configures a queue pair. Zero fields take the defaults noted.
+type QPConfig struct {
+	// SendCQ and RecvCQ receive the send and receive completions; they
+	// may be the same CQ. Both are required.
+	SendCQ, RecvCQ *CQ
+	// SRQ, when set, supplies the receive buffers; PostRecv on the QP is
+	// then refused.
+	SRQ *SRQ
+	// MaxSendWR and MaxRecvWR are the queue depths (default 128).
+	MaxSendWR, MaxRecvWR int
+	// MaxSendSGE and MaxRecvSGE bound the SGEs per work request (default
+	// 6, siw's; at most MaxSGE).
+	MaxSendSGE, MaxRecvSGE int
+	// MaxInline bounds SendWR.InlineData (default 80, siw's; at most
+	// MaxInlineData).
+	MaxInline int
+	// MaxULPDU, when set, is the ULPDU size the QP sends, in place of the
+	// MULPDU derived from the connection's TCP_MAXSEG (RFC 5044 §4.5, as
+	// siw does; hardware peers need FPDUs no larger than one segment).
+	// Larger values (up to 65535) are an opt-in for gosiw peers.
+	MaxULPDU int
+	// MaxIRD and MaxORD cap what the handshake settled (default and
+	// maximum MaxIRDORD).
+	MaxIRD, MaxORD int
+	// RFC7306 enables Immediate Data and atomics. Linux siw has neither:
+	// leave it off unless the peer is known to support RFC 7306 (both
+	// gosiw, or negotiated by the application). Off, posting such a
+	// request fails with ErrNotSupported and receiving one ends the
+	// connection with a Terminate (unexpected opcode), as siw does.
+	RFC7306 bool
+	// SignalAll makes every send work request signaled.
+	SignalAll bool
+	// BufferedRx forces the receive path that reads whole FPDUs into a
+	// buffer, checks their CRC, and only then copies the payload out (the
+	// path markers always use), instead of placing payload straight from
+	// the socket and checking the CRC after (see rx.go).
+	BufferedRx bool
+	// DisconnectTimeout bounds a graceful disconnect: how long the QP
+	// waits for the peer's FIN after its own (default 3s).
+	DisconnectTimeout time.Duration
+}
+
+func (c *QPConfig) populate() error {
+	if c.SendCQ == nil || c.RecvCQ == nil {
+		return ErrConfig
+	}
+	def := func(v *int, d, max int) error {
+		if *v == 0 {
+			*v = d
+		}
+		if *v < 0 || *v > max {
+			return ErrConfig
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		v      *int
+		d, max int
+	}{
+		{&c.MaxSendWR, defaultWR, 1 << 20}, {&c.MaxRecvWR, defaultWR, 1 << 20},
+		{&c.MaxSendSGE, defaultSGE, MaxSGE}, {&c.MaxRecvSGE, defaultSGE, MaxSGE},
+		{&c.MaxInline, defaultInline, MaxInlineData},
+		{&c.MaxIRD, MaxIRDORD, MaxIRDORD}, {&c.MaxORD, MaxIRDORD, MaxIRDORD},
+	} {
+		if err := def(f.v, f.d, f.max); err != nil {
+			return err
+		}
+	}
+	if c.MaxULPDU != 0 && (c.MaxULPDU < minULPDU || c.MaxULPDU > mpa.MaxULPDU) {
+		return ErrConfig
+	}
+	if c.DisconnectTimeout <= 0 {
+		c.DisconnectTimeout = defaultDisconnectTimeout
+	}
+	return nil
+}
+
+// postMode says what a post does with a new work request.
+type postMode uint8
+
+const (
+	postQueue  postMode = iota // queue it for the engines
+	postRefuse                 // refuse it (graceful close under way)
+	postFlush                  // complete it at once with WCWRFlushErr
+)
+
+// QP is a reliable connected queue pair. Post and poll calls are safe for
+// concurrent use; they only touch short queues under a mutex and ring the
+// send engine's doorbell.
+//
+// Once started, a QP runs two goroutines. The receive goroutine owns the
+// connection's read side, the deframing and reassembly state and the
+// placement of payload; the send goroutine owns the framer, the SQ cursor
+// and the outgoing Read and Atomic Responses. Neither logs per FPDU or
+// per work request; Stats has the counters.
+//
+// Lock order: mu -> sqMu -> rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
+type QP struct {
+	dev      *Device
+	pd       *PD
+	cfg      QPConfig
+	qpn      uint32
+	lg       *zap.Logger
+	scq, rcq *CQ
+	srq      *SRQ
+
+	mu          sync.Mutex
+	state       QPState  // +checklocks:mu
+	conn        net.Conn // +checklocks:mu
+	err         error    // first fatal error, sticky; +checklocks:mu
+	term        termInfo // the Terminate to send; +checklocks:mu
+	termPending bool     // +checklocks:mu
+	localClose  bool     // Disconnect(graceful) called; +checklocks:mu
+	started     bool     // +checklocks:mu
+	closed      bool     // +checklocks:mu
+	finishOnce  sync.Once
+	p           mpa.Params // set by Start, read-only afterwards
+
+	// broken is set with err: the engines stop processing FPDUs and work
+	// requests.
+	broken atomic.Bool
+	// bell is the send engine's doorbell (non-blocking, coalescing).
+	bell chan struct{}
+	// rxFirst is closed once the first FPDU has arrived; a responder sends
+	// nothing before.
+	rxFirst chan struct{}
+	txDone  chan struct{}
+	done    chan struct{}
+
+	sqMu   sync.Mutex
+	sq     []sqEntry // ring; +checklocks:sqMu
+	sqMask uint64
+	// sqHead is the oldest entry not yet completed, sqNext the next one
+	// the send engine takes, sqTail the next free slot.
+	sqHead, sqNext, sqTail uint64   // +checklocks:sqMu
+	sqMode                 postMode // +checklocks:sqMu
+	inline                 []byte   // MaxInline bytes per SQ slot
+	orq                    []orqEntry
+	orqHead, orqTail       uint64 // outstanding Reads/atomics; +checklocks:sqMu
+	irq                    []irqEntry
+	irqHead, irqTail       uint64 // inbound Read/Atomic Requests; +checklocks:sqMu
+	irqCap, orqCap         int
+
+	rqMu           sync.Mutex
+	rq             []rqEntry // +checklocks:rqMu
+	rqMask         uint64
+	rqHead, rqTail uint64   // +checklocks:rqMu
+	rqMode         postMode // +checklocks:rqMu
+
+	tx txEngine // owned by the send goroutine
+	rx rxEngine // owned by the receive goroutine
+
+	stats qpCounters
+}
+
+// sqEntry is a posted send work request.
+type sqEntry struct {
+	id        uint64
+	op        WROpcode
+	signaled  bool
+	solicited bool
+	fence     bool
+	inline    bool
+	nsge      uint8
+	sgl       [MaxSGE]SGE
+	length    uint32 // total payload (or Read size)
+	remote    Remote
+	invSTag   STag
+	imm       uint64
+	cmpAdd    uint64
+	swap      uint64
+	addMask   uint64
+	cmpMask   uint64
+	swapMask  uint64
+
+	// +checklocks:sqMu
+	state  sqState
+	status WCStatus
+}
+
+type sqState uint8
+
+const (
+	sqPosted   sqState = iota // waiting for the send engine
+	sqActive                  // being transmitted
+	sqAwaiting                // Read/atomic sent, response outstanding
+	sqDone                    // completion ready (in SQ order)
+)
+
+// rqEntry is a posted receive work request.
+type rqEntry struct {
+	id   uint64
+	nsge uint8
+	sgl  [MaxSGE]SGE
+}
+
+// CreateQP creates a reliable connected QP in IDLE. Receives may be
+// posted at once; sends queue until Start.
+func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
+	if cfg == nil {
+		return nil, ErrConfig
+	}
+	c := *cfg
+	if err := c.populate(); err != nil {
+		return nil, err
+	}
+	if c.SRQ != nil && c.SRQ.pd != pd {
+		return nil, ErrWrongPD
+	}
+	d := pd.dev
+	qp := &QP{
+		dev:     d,
+		pd:      pd,
+		cfg:     c,
+		qpn:     d.qpnSeq.Add(1),
+		scq:     c.SendCQ,
+		rcq:     c.RecvCQ,
+		srq:     c.SRQ,
+		bell:    make(chan struct{}, 1),
+		rxFirst: make(chan struct{}),
+		txDone:  make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	qp.lg = d.lg.With(zap.Uint32("qpn", qp.qpn))
+	n := ringSize(c.MaxSendWR)
+	qp.sq = make([]sqEntry, n)
+	qp.sqMask = uint64(n - 1)
+	qp.inline = make([]byte, n*c.MaxInline)
+	if c.SRQ == nil {
+		n = ringSize(c.MaxRecvWR)
+		qp.rq = make([]rqEntry, n)
+		qp.rqMask = uint64(n - 1)
+	}
+	if err := qp.scq.attach(qp); err != nil {
+		return nil, err
+	}
+	if err := qp.rcq.attach(qp); err != nil {
+		qp.scq.detach(qp)
+		return nil, err
+	}
+	if qp.srq != nil {
+		if err := qp.srq.attach(); err != nil {
+			qp.scq.detach(qp)
+			qp.rcq.detach(qp)
+			return nil, err
+		}
+	}
+	if err := d.addQP(qp); err != nil {
+		qp.detachAll()
+		return nil, err
+	}
+	d.stats.qps.Add(1)
+	return qp, nil
+}
+
+func ringSize(n int) int {
+	s := 1
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+func (qp *QP) detachAll() {
+	qp.scq.detach(qp)
+	qp.rcq.detach(qp)
+	if qp.srq != nil {
+		qp.srq.detach()
+	}
+}
+
+// QPN returns the QP number (unique on its device).
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// PD returns the QP's protection domain.
+func (qp *QP) PD() *PD { return qp.pd }
+
+// State returns the QP's current state.
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// Params returns what Start was given (IRD/ORD as clamped).
+func (qp *QP) Params() mpa.Params {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.p
+}
+
+// Done is closed once the connection has ended for any reason and every
+// outstanding work request has completed or been flushed.
+func (qp *QP) Done() <-chan struct{} { return qp.done }
+
+// Err returns why the connection ended: nil for a graceful close by either
+// side; a *TerminateError for a Terminate sent or received (its cause, such
+// as ErrCQOverflow or a failed work request, is reachable with errors.Is
+// and errors.As); ErrAborted after Disconnect(true); or the I/O error that
+// broke the connection. Every such error satisfies
+// errors.Is(err, net.ErrClosed) when it is a *TerminateError. It returns
+// nil while the QP is up.
+func (qp *QP) Err() error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.err
+}
+
+// setStateLocked moves the QP to s if the diagram allows it.
+func (qp *QP) setStateLocked(s QPState) error {
+	if qp.state == s {
+		return nil
+	}
+	if !legalTransition(qp.state, s) {
+		err := &errIllegalTransition{qp.state, s}
+		if debugChecks {
+			panic(err)
+		}
+		return err
+	}
+	qp.state = s
+	return nil
+}
+
+func (qp *QP) ring() {
+	select {
+	case qp.bell <- struct{}{}:
+	default:
+	}
+}
+
+// Start binds the negotiated connection to the QP and moves it to RTS
+// (cm.QP). The QP owns conn from then on. It returns at once; the
+// engines run in their own goroutines. As the responder the QP sends
+// nothing until the initiator's first FPDU has arrived; as the initiator
+// it waits p.FirstSendDelay, then sends the P2P RTR if p.P2P, then the
+// posted work. p.Leftover is consumed before conn is read.
+func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
+	if conn == nil || p == nil {
+		return ErrConfig
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.closed {
+		return ErrClosed
+	}
+	if qp.started || (qp.state != StateIdle && qp.state != StateRTR) {
+		return ErrQPState
+	}
+	pc := *p
+	pc.Leftover = append([]byte(nil), p.Leftover...)
+	pc.IRD = min(max(pc.IRD, 0), qp.cfg.MaxIRD)
+	pc.ORD = min(max(pc.ORD, 0), qp.cfg.MaxORD)
+	ulpdu := qp.cfg.MaxULPDU
+	if ulpdu == 0 {
+		ulpdu = mpa.MULPDU(emssOf(conn), pc.MarkersTx)
+	}
+	if ulpdu < minULPDU {
+		ulpdu = minULPDU
+	}
+	// A P2P Read RTR takes an ORQ (initiator) or IRQ (responder) slot
+	// even when the handshake settled 0.
+	orqCap, irqCap := pc.ORD, pc.IRD
+	if pc.P2P && pc.RTR == mpa.RTRRead {
+		if pc.Initiator {
+			orqCap = max(orqCap, 1)
+		} else {
+			irqCap = max(irqCap, 1)
+		}
+	}
+	qp.sqMu.Lock()
+	qp.orqCap, qp.irqCap = orqCap, irqCap
+	qp.orq = make([]orqEntry, max(orqCap, 1))
+	qp.irq = make([]irqEntry, max(irqCap, 1))
+	qp.sqMu.Unlock()
+	qp.p = pc
+	qp.conn = conn
+	qp.tx.init(qp, ulpdu)
+	qp.rx.init(qp, conn)
+	if err := qp.setStateLocked(StateRTS); err != nil {
+		return err
+	}
+	qp.started = true
+	go qp.rxLoop(conn)
+	go qp.txLoop(conn)
+	qp.lg.Info("qp connected",
+		zap.Bool("initiator", pc.Initiator), zap.Bool("crc", pc.CRC),
+		zap.Bool("markers_tx", pc.MarkersTx), zap.Bool("markers_rx", pc.MarkersRx),
+		zap.Int("ird", pc.IRD), zap.Int("ord", pc.ORD), zap.Bool("p2p", pc.P2P),
+		zap.Stringer("rtr", pc.RTR), zap.Int("ulpdu", ulpdu))
+	return nil
+}
+
+// Disconnect starts closing the connection and returns at once (cm.QP).
+// Graceful: work requests posted so far are sent first (new ones are
+// refused), then a FIN; the QP ends when the peer closes too (or after
+// DisconnectTimeout). Abrupt: the connection is reset (RST) now and every
+// outstanding work request is flushed.
+func (qp *QP) Disconnect(abrupt bool) {
+	qp.mu.Lock()
+	if !qp.started {
+		qp.mu.Unlock()
+		return
+	}
+	if abrupt {
+		if qp.state == StateError && qp.err == nil {
+			// Already over (gracefully): nothing to abort.
+			qp.mu.Unlock()
+			return
+		}
+		first := qp.err == nil
+		if first {
+			qp.err = ErrAborted
+		}
+		_ = qp.setStateLocked(StateError)
+		conn := qp.conn
+		qp.mu.Unlock()
+		qp.broken.Store(true)
+		abortConn(conn)
+		qp.ring()
+		if first {
+			qp.lg.Info("qp disconnect", zap.Bool("abrupt", true))
+		}
+		return
+	}
+	if qp.state == StateRTS {
+		_ = qp.setStateLocked(StateClosing)
+		qp.localClose = true
+		_ = qp.conn.SetWriteDeadline(time.Now().Add(qp.cfg.DisconnectTimeout))
+		qp.sqMu.Lock()
+		qp.sqMode = postRefuse
+		qp.sqMu.Unlock()
+		qp.lg.Info("qp disconnect", zap.Bool("abrupt", false))
+	}
+	qp.mu.Unlock()
+	qp.ring()
+}
+
+// fail records the QP's first fatal error and takes it out of RTS. With
+// ti set and the connection up, the send engine sends that Terminate
+// before closing. fail never blocks.
+func (qp *QP) fail(err error, ti *termInfo) {
+	qp.mu.Lock()
+	if qp.err != nil || qp.state == StateError {
+		qp.mu.Unlock()
+		return
+	}
+	qp.err = err
+	qp.broken.Store(true)
+	if !qp.started {
+		_ = qp.setStateLocked(StateError)
+		qp.mu.Unlock()
+		qp.lg.Info("qp error", zap.Error(err))
+		qp.finish()
+		return
+	}
+	if ti != nil {
+		qp.term = *ti
+		qp.termPending = true
+		_ = qp.setStateLocked(StateTerminate)
+	} else {
+		_ = qp.setStateLocked(StateError)
+	}
+	qp.mu.Unlock()
+	qp.ring()
+	qp.lg.Info("qp error", zap.Error(err))
+}
+
+// Close destroys the QP: a connected QP is disconnected abruptly (every
+// outstanding work request is flushed) and Close waits for its goroutines.
+// Close is idempotent.
+func (qp *QP) Close() error {
+	qp.mu.Lock()
+	if qp.closed {
+		qp.mu.Unlock()
+		<-qp.done
+		return nil
+	}
+	qp.closed = true
+	started := qp.started
+	if !started {
+		_ = qp.setStateLocked(StateError)
+	}
+	qp.mu.Unlock()
+	if started {
+		qp.Disconnect(true)
+	} else {
+		qp.finish()
+	}
+	<-qp.done
+	qp.detachAll()
+	qp.dev.removeQP(qp)
+	qp.dev.stats.qps.Add(-1)
+	return nil
+}
+
+// finish runs once the engines have stopped (or were never started):
+// close the connection, flush everything, release buffers, close Done.
+func (qp *QP) finish() {
+	qp.finishOnce.Do(func() {
+		qp.mu.Lock()
+		conn := qp.conn
+		_ = qp.setStateLocked(StateError)
+		err := qp.err
+		qp.mu.Unlock()
+		if conn != nil {
+			_ = conn.Close()
+		}
+		qp.flushAll()
+		qp.tx.release()
+		qp.rx.release()
+		if conn != nil {
+			qp.lg.Info("qp closed", zap.Error(err))
+		}
+		close(qp.done)
+	})
+}
+
+// flushAll completes every outstanding work request with WCWRFlushErr
+// (or the error status already assigned) and switches both queues to
+// flush-on-post. The engines must have stopped.
+func (qp *QP) flushAll() {
+	ovf := false
+	qp.sqMu.Lock()
+	qp.sqMode = postFlush
+	for i := qp.sqHead; i < qp.sqTail; i++ {
+		e := &qp.sq[i&qp.sqMask]
+		if e.state != sqDone {
+			e.state = sqDone
+			if e.status == WCSuccess {
+				e.status = WCWRFlushErr
+			}
+		}
+	}
+	qp.sqNext = qp.sqTail
+	for i := qp.orqHead; i < qp.orqTail; i++ {
+		o := &qp.orq[i%uint64(len(qp.orq))]
+		if o.mr != nil {
+			o.mr.release()
+			o.mr = nil
+		}
+	}
+	qp.orqHead = qp.orqTail
+	for i := qp.irqHead; i < qp.irqTail; i++ {
+		r := &qp.irq[i%uint64(len(qp.irq))]
+		if r.mr != nil {
+			r.mr.release()
+			r.mr = nil
+		}
+	}
+	qp.irqHead = qp.irqTail
+	if !qp.sweepLocked() {
+		ovf = true
+	}
+	qp.sqMu.Unlock()
+
+	if qp.rx.recvActive {
+		qp.rx.recvActive = false
+		st := qp.rx.recvStatus
+		if st == WCSuccess {
+			st = WCWRFlushErr
+		}
+		wc := WC{ID: qp.rx.recv.id, Status: st, Op: WCRecv, ByteLen: qp.rx.recvMO, QPN: qp.qpn}
+		if !qp.rcq.push(&wc) {
+			ovf = true
+		}
+	}
+	qp.rqMu.Lock()
+	qp.rqMode = postFlush
+	for ; qp.rqHead < qp.rqTail; qp.rqHead++ {
+		e := &qp.rq[qp.rqHead&qp.rqMask]
+		wc := WC{ID: e.id, Status: WCWRFlushErr, Op: WCRecv, QPN: qp.qpn}
+		if !qp.rcq.push(&wc) {
+			ovf = true
+		}
+	}
+	qp.rqMu.Unlock()
+	if ovf {
+		qp.scq.overflowed()
+		qp.rcq.overflowed()
+	}
+}
+
+// sweepLocked generates the completions of finished send work requests,
+// in SQ order. It reports false if the send CQ overflowed.
+func (qp *QP) sweepLocked() bool {
+	ok := true
+	for qp.sqHead < qp.sqNext {
+		e := &qp.sq[qp.sqHead&qp.sqMask]
+		if e.state != sqDone {
+			break
+		}
+		if e.signaled || e.status != WCSuccess {
+			wc := WC{ID: e.id, Status: e.status, Op: wcOpOf(e.op), QPN: qp.qpn}
+			if e.status == WCSuccess {
+				wc.ByteLen = e.length
+			}
+			if !qp.scq.push(&wc) {
+				ok = false
+			}
+		}
+		for i := range e.nsge {
+			e.sgl[i].MR = nil
+		}
+		qp.sqHead++
+	}
+	return ok
+}
+
+// PostSend posts a send work request. It fails at once for a malformed
+// request, a full SQ, an RFC 7306 operation on a QP without RFC7306, or
+// during a graceful disconnect; on a QP in ERROR it succeeds and the
+// request completes at once with WCWRFlushErr. Local memory is checked
+// when the request is executed: a bad SGE completes it with
+// WCLocProtErr and puts the QP in error, as verbs do.
+func (qp *QP) PostSend(wr SendWR) error {
+	if err := qp.validateSend(&wr); err != nil {
+		return err
+	}
+	qp.sqMu.Lock()
+	switch qp.sqMode {
+	case postRefuse:
+		qp.sqMu.Unlock()
+		return ErrQPState
+	}
+	if qp.sqTail-qp.sqHead >= uint64(qp.cfg.MaxSendWR) {
+		qp.sqMu.Unlock()
+		return ErrQueueFull
+	}
+	slot := qp.sqTail & qp.sqMask
+	e := &qp.sq[slot]
+	e.id, e.op = wr.ID, wr.Op
+	e.signaled = wr.Signaled || qp.cfg.SignalAll
+	e.solicited, e.fence = wr.Solicited, wr.Fence
+	e.remote, e.invSTag, e.imm = wr.Remote, wr.InvalidateSTag, wr.Imm
+	e.cmpAdd, e.swap = wr.CompareAdd, wr.Swap
+	e.addMask, e.cmpMask, e.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
+	if e.op == WRCmpSwap {
+		if e.cmpMask == 0 {
+			e.cmpMask = ^uint64(0)
+		}
+		if e.swapMask == 0 {
+			e.swapMask = ^uint64(0)
+		}
+	}
+	e.inline = false
+	e.nsge = 0
+	var total uint64
+	if wr.InlineData != nil {
+		e.inline = true
+		n := copy(qp.inline[int(slot)*qp.cfg.MaxInline:], wr.InlineData)
+		total = uint64(n)
+	} else {
+		for i := range wr.SGL {
+			e.sgl[i] = wr.SGL[i]
+			total += uint64(wr.SGL[i].Length)
+		}
+		e.nsge = uint8(len(wr.SGL))
+	}
+	e.length = uint32(total)
+	e.state, e.status = sqPosted, WCSuccess
+	qp.sqTail++
+	if qp.sqMode == postFlush {
+		e.state, e.status = sqDone, WCWRFlushErr
+		qp.sqNext = qp.sqTail
+		ok := qp.sweepLocked()
+		qp.sqMu.Unlock()
+		if !ok {
+			qp.scq.overflowed()
+		}
+		return nil
+	}
+	qp.sqMu.Unlock()
+	qp.ring()
+	return nil
+}
+
+func (qp *QP) validateSend(wr *SendWR) error {
+	if wr.Op > WRCmpSwap {
+		return ErrInvalidWR
+	}
+	if wr.Op.rfc7306() && !qp.cfg.RFC7306 {
+		return ErrNotSupported
+	}
+	if len(wr.SGL) > qp.cfg.MaxSendSGE {
+		return ErrTooManySGE
+	}
+	if wr.InlineData != nil {
+		switch wr.Op {
+		case WRSend, WRSendInv, WRWrite, WRWriteImm:
+		default:
+			return ErrInvalidWR
+		}
+		if len(wr.InlineData) > qp.cfg.MaxInline {
+			return ErrInvalidWR
+		}
+		return nil
+	}
+	var total uint64
+	for _, s := range wr.SGL {
+		if s.MR == nil {
+			return ErrInvalidSGE
+		}
+		total += uint64(s.Length)
+	}
+	if total > 1<<32-1 {
+		return ErrInvalidWR
+	}
+	switch wr.Op {
+	case WRRead:
+		if len(wr.SGL) != 1 {
+			return ErrTooManySGE
+		}
+	case WRFetchAdd, WRCmpSwap:
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
+			return ErrInvalidSGE
+		}
+	case WRLocalInv, WRImmData:
+		if len(wr.SGL) != 0 {
+			return ErrInvalidWR
+		}
+	}
+	return nil
+}
+
+// PostRecv posts a receive work request. On a QP in ERROR it succeeds
+// and the request completes at once with WCWRFlushErr.
+func (qp *QP) PostRecv(wr RecvWR) error {
+	if qp.srq != nil {
+		return ErrInvalidWR
+	}
+	if len(wr.SGL) > qp.cfg.MaxRecvSGE {
+		return ErrTooManySGE
+	}
+	for _, s := range wr.SGL {
+		if s.MR == nil {
+			return ErrInvalidSGE
+		}
+	}
+	qp.rqMu.Lock()
+	if qp.rqTail-qp.rqHead >= uint64(qp.cfg.MaxRecvWR) {
+		qp.rqMu.Unlock()
+		return ErrQueueFull
+	}
+	if qp.rqMode == postFlush {
+		qp.rqMu.Unlock()
+		wc := WC{ID: wr.ID, Status: WCWRFlushErr, Op: WCRecv, QPN: qp.qpn}
+		if !qp.rcq.push(&wc) {
+			qp.rcq.overflowed()
+		}
+		return nil
+	}
+	e := &qp.rq[qp.rqTail&qp.rqMask]
+	e.id = wr.ID
+	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
+	qp.rqTail++
+	qp.rqMu.Unlock()
+	return nil
+}
+
+// takeRecv moves the next receive work request (from the SRQ, if any)
+// into e. It reports false when none is posted.
+func (qp *QP) takeRecv(e *rqEntry) bool {
+	if qp.srq != nil {
+		return qp.srq.take(e)
+	}
+	qp.rqMu.Lock()
+	defer qp.rqMu.Unlock()
+	if qp.rqHead == qp.rqTail {
+		return false
+	}
+	src := &qp.rq[qp.rqHead&qp.rqMask]
+	*e = *src
+	for i := range src.nsge {
+		src.sgl[i].MR = nil
+	}
+	qp.rqHead++
+	return true
+}
+
+// pdForRecv is the PD receive buffers are checked against (the SRQ's, if
+// any, as siw does).
+func (qp *QP) pdForRecv() *PD {
+	if qp.srq != nil {
+		return qp.srq.pd
+	}
+	return qp.pd
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package rdmap_test
+
+const raceEnabled = true

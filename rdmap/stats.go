@@ -1,0 +1,53 @@
+package rdmap
+
+import "sync/atomic"
+
+// QPStats are a QP's data path counters.
+type QPStats struct {
+	TxFPDUs, TxBytes, TxWritevs uint64
+	RxFPDUs, RxBytes            uint64
+	// RxPlacedDirect counts payload bytes read from the socket straight
+	// into registered memory; RxPlacedCopied those copied from the
+	// receive buffer.
+	RxPlacedDirect, RxPlacedCopied  uint64
+	TerminatesSent, TerminatesRecvd uint64
+	CRCErrors                       uint64
+}
+
+type qpCounters struct {
+	txFPDUs, txBytes, txWritevs    atomic.Uint64
+	rxFPDUs, rxBytes               atomic.Uint64
+	rxDirect, rxCopied             atomic.Uint64
+	termSent, termRecvd, crcErrors atomic.Uint64
+}
+
+// Stats returns a snapshot of the QP's counters.
+func (qp *QP) Stats() QPStats {
+	c := &qp.stats
+	return QPStats{
+		TxFPDUs: c.txFPDUs.Load(), TxBytes: c.txBytes.Load(), TxWritevs: c.txWritevs.Load(),
+		RxFPDUs: c.rxFPDUs.Load(), RxBytes: c.rxBytes.Load(),
+		RxPlacedDirect: c.rxDirect.Load(), RxPlacedCopied: c.rxCopied.Load(),
+		TerminatesSent: c.termSent.Load(), TerminatesRecvd: c.termRecvd.Load(),
+		CRCErrors: c.crcErrors.Load(),
+	}
+}
+
+// DeviceStats are device-wide gauges and counters.
+type DeviceStats struct {
+	QPs, MRs                        int64
+	TerminatesSent, TerminatesRecvd uint64
+}
+
+type deviceCounters struct {
+	qps, mrs            atomic.Int64
+	termSent, termRecvd atomic.Uint64
+}
+
+// Stats returns a snapshot of the device's counters.
+func (d *Device) Stats() DeviceStats {
+	return DeviceStats{
+		QPs: d.stats.qps.Load(), MRs: d.stats.mrs.Load(),
+		TerminatesSent: d.stats.termSent.Load(), TerminatesRecvd: d.stats.termRecvd.Load(),
+	}
+}

@@ -1,0 +1,112 @@
+package rdmap
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// TestFramerMatchesMPA checks the iovec framer against mpa.Framer (the
+// reference implementation of FPDU framing and marker insertion) for
+// every combination of CRC and markers, payloads split into pieces, and
+// stream positions that put markers everywhere in an FPDU.
+func TestFramerMatchesMPA(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			var f framer
+			f.init(make([]byte, 0, scratchSize), crc, markers)
+			ref := mpa.Framer{CRC: crc, Markers: markers}
+			var got, want bytes.Buffer
+			for i := range 300 {
+				hdr := make([]byte, 14+r.IntN(60))
+				for j := range hdr {
+					hdr[j] = byte(r.Uint32())
+				}
+				n := r.IntN(3000)
+				if i%7 == 0 {
+					n = 0
+				}
+				payload := make([]byte, n)
+				for j := range payload {
+					payload[j] = byte(r.Uint32())
+				}
+				// Split the payload into up to 5 pieces.
+				pieces := [][]byte{}
+				for rest := payload; len(rest) > 0; {
+					k := 1 + r.IntN(len(rest))
+					pieces = append(pieces, rest[:k])
+					rest = rest[k:]
+				}
+				if !f.room(len(hdr)+n, len(pieces)) {
+					if _, err := f.flush(&got); err != nil {
+						t.Fatal(err)
+					}
+				}
+				f.begin(hdr, len(hdr)+n)
+				for _, p := range pieces {
+					f.payload(p)
+				}
+				f.end()
+				want.Write(ref.AppendFPDU(nil, hdr, payload))
+			}
+			if _, err := f.flush(&got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want.Bytes()) {
+				t.Fatalf("crc %v markers %v: framer output differs from mpa.Framer (%d vs %d bytes)", crc, markers, got.Len(), want.Len())
+			}
+			// And the deframer reads it back.
+			df := mpa.NewDeframer(bytes.NewReader(got.Bytes()), mpa.DeframerConfig{CRC: crc, Markers: markers})
+			for range 300 {
+				if _, err := df.Next(); err != nil {
+					t.Fatalf("crc %v markers %v: deframer: %v", crc, markers, err)
+				}
+			}
+		}
+	}
+}
+
+func TestMaskedAdd(t *testing.T) {
+	for _, c := range []struct{ x, y, mask, want uint64 }{
+		{1, 2, 0, 3},
+		{^uint64(0), 1, 0, 0},
+		{0x00000001_ffffffff, 0x00000001_00000001, 0x80000000_80000000, 0x00000002_00000000},
+		{0xff, 0x01, 0x80, 0x00},
+		{0xff, 0x01, 0x8000, 0x100},
+	} {
+		if got := maskedAdd(c.x, c.y, c.mask); got != c.want {
+			t.Errorf("maskedAdd(%#x, %#x, %#x) = %#x, want %#x", c.x, c.y, c.mask, got, c.want)
+		}
+	}
+}
+
+func TestStateTransitions(t *testing.T) {
+	legal := map[[2]QPState]bool{
+		{StateIdle, StateRTR}: true, {StateIdle, StateRTS}: true, {StateIdle, StateError}: true,
+		{StateRTR, StateRTS}: true, {StateRTR, StateError}: true,
+		{StateRTS, StateClosing}: true, {StateRTS, StateTerminate}: true, {StateRTS, StateError}: true,
+		{StateClosing, StateTerminate}: true, {StateClosing, StateError}: true,
+		{StateTerminate, StateError}: true,
+	}
+	for from := StateIdle; from <= StateError; from++ {
+		for to := StateIdle; to <= StateError; to++ {
+			if got := legalTransition(from, to); got != legal[[2]QPState{from, to}] {
+				t.Errorf("%v -> %v legal = %v", from, to, got)
+			}
+		}
+	}
+	qp := &QP{state: StateError}
+	func() {
+		defer func() {
+			if r := recover(); r == nil && debugChecks {
+				t.Error("illegal transition did not panic in a race build")
+			}
+		}()
+		if err := qp.setStateLocked(StateRTS); err == nil {
+			t.Error("ERROR -> RTS allowed")
+		}
+	}()
+}

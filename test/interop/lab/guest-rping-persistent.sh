@@ -1,0 +1,15 @@
+#!/bin/sh
+# Guest script: one persistent rping server (rping -s -P) on :7174 until the
+# host creates /mnt/host/STOP; then the kernel log.
+R=/mnt/host/results; mkdir -p $R
+OUT=$R/cm-rping-persistent.txt
+rm -f /mnt/host/STOP /mnt/host/READY
+rdma link delete siw_lo
+rping -s -P -a 0.0.0.0 -p 7174 > $OUT 2>&1 &
+rp=$!
+sleep 1; echo "persistent" > /mnt/host/READY
+t0=$(cut -d. -f1 /proc/uptime)
+while [ ! -f /mnt/host/STOP ] && [ $(( $(cut -d. -f1 /proc/uptime) - t0 )) -lt 120 ]; do sleep 1; done
+kill $rp 2>/dev/null
+echo "## dmesg" >> $OUT; dmesg | grep -iE 'siw|iw_cm|BUG|RIP' | tail -n 30 >> $OUT
+cat $OUT
