@@ -68,7 +68,7 @@ type ConfigSpec struct {
 	Allow             []string     `toml:"allow"`
 	MaxConns          int          `toml:"max_conns"`
 	MaxConnsPerClient int          `toml:"max_conns_per_client"`
-	Metrics           string       `toml:"metrics"`
+	Metrics           *string      `toml:"metrics"` // nil: DefaultMetrics; "": off
 	Regions           []RegionSpec `toml:"region"`
 	LogFormat         string       `toml:"log_format"`
 	LogLevel          string       `toml:"log_level"`
@@ -118,13 +118,16 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		Listen:            s.Listen,
 		MaxConns:          s.MaxConns,
 		MaxConnsPerClient: s.MaxConnsPerClient,
-		Metrics:           s.Metrics,
 		LogFormat:         s.LogFormat,
 		LogLevel:          s.LogLevel,
 		ShutdownTimeout:   DefaultShutdownTimeout,
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
+	}
+	c.Metrics = DefaultMetrics
+	if s.Metrics != nil {
+		c.Metrics = *s.Metrics
 	}
 	if c.LogFormat == "" {
 		c.LogFormat = "console"

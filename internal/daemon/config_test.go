@@ -69,7 +69,7 @@ access = "rw"
 		t.Fatal(err)
 	}
 	if c.Listen != "127.0.0.1:17174" || len(c.Allow) != 2 || c.Allow[1].Bits() != 128 || c.MaxConns != 10 ||
-		c.MaxConnsPerClient != 2 || c.LogFormat != "json" || c.ShutdownTimeout != 3*time.Second ||
+		c.MaxConnsPerClient != 2 || c.Metrics != "" || c.LogFormat != "json" || c.ShutdownTimeout != 3*time.Second ||
 		len(c.Regions) != 1 || c.Regions[0].Size != 1<<20 {
 		t.Fatalf("%+v", c)
 	}
@@ -85,7 +85,7 @@ access = "rw"
 	if _, err := dup.Build(); err == nil {
 		t.Fatal("duplicate region accepted")
 	}
-	if c, err := (&ConfigSpec{}).Build(); err != nil || c.Listen != DefaultListen || c.LogFormat != "console" {
+	if c, err := (&ConfigSpec{}).Build(); err != nil || c.Listen != DefaultListen || c.Metrics != DefaultMetrics || c.LogFormat != "console" {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 }

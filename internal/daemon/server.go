@@ -1,0 +1,393 @@
+// Package daemon is siwd, the gosiw daemon, as a library: a software RNIC
+// service on one TCP listener that serves Linux rping clients, gosiw perf
+// clients, and clients of named exported memory regions, behind access
+// rules, with Prometheus metrics. cmd/siwd is a thin main around it.
+//
+// Which service a connection wants is told by its MPA private data:
+//
+//	empty                  rping responder (rping sends no private data)
+//	"gosiw-region/1 NAME"  exported region NAME (see RegionReply)
+//	"gosiw-perf/1 ..."     perf responder (see package perf)
+//
+// A refused client gets an MPA Reply with R set whose private data is a
+// readable reason of at most 251 bytes (so Linux siw takes it).
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap"
+)
+
+// Service prefixes in a Request's private data.
+const (
+	RegionPrefix = "gosiw-region/1 "
+	PerfPrefix   = "gosiw-perf/1"
+)
+
+// PerfService serves one perf connection; package perf provides it (set
+// by cmd/siwd to keep this package free of it).
+type PerfService func(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *Metrics) error
+
+// Server is a running siwd.
+type Server struct {
+	cfg  *Config
+	lg   *zap.Logger
+	dev  *rdmap.Device
+	acl  *ACL
+	m    *Metrics
+	Perf PerfService
+
+	regions map[string]*region
+
+	mu    sync.Mutex
+	ln    *cm.Listener
+	conns map[*cm.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+type region struct {
+	Region
+	mem   []byte
+	close func() error
+}
+
+// New prepares a server: the device and the exported regions.
+func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
+	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: lg})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, lg: lg, dev: dev, m: m, acl: NewACL(cfg.Allow, cfg.MaxConns, cfg.MaxConnsPerClient),
+		regions: map[string]*region{}, conns: map[*cm.Conn]struct{}{}}
+	for _, r := range cfg.Regions {
+		reg, err := s.mapRegion(r)
+		if err != nil {
+			s.closeRegions()
+			dev.Close()
+			return nil, err
+		}
+		s.regions[r.Name] = reg
+	}
+	return s, nil
+}
+
+func (s *Server) mapRegion(r Region) (*region, error) {
+	if r.File == "" {
+		mem, err := s.dev.AllocMemory(int(r.Size))
+		if err != nil {
+			return nil, fmt.Errorf("region %s: %w", r.Name, err)
+		}
+		return &region{Region: r, mem: mem.Bytes(), close: mem.Close}, nil
+	}
+	f, err := os.OpenFile(r.File, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("region %s: %w", r.Name, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if st.Size() < r.Size {
+		if err := f.Truncate(r.Size); err != nil {
+			return nil, fmt.Errorf("region %s: %w", r.Name, err)
+		}
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("region %s: mmap %s: %w", r.Name, r.File, os.NewSyscallError("mmap", err))
+	}
+	return &region{Region: r, mem: b, close: func() error { return unix.Munmap(b) }}, nil
+}
+
+func (s *Server) closeRegions() {
+	for _, r := range s.regions {
+		r.close()
+	}
+}
+
+// SetAllow replaces the access rules (SIGHUP).
+func (s *Server) SetAllow(allow []netip.Prefix) { s.acl.SetAllow(allow) }
+
+// Addr returns the listening address once Run has started listening.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Healthy reports whether the server is listening.
+func (s *Server) Healthy() error {
+	if s.Addr() == nil {
+		return errors.New("not listening")
+	}
+	return nil
+}
+
+// Listen starts listening; Serve then serves.
+func (s *Server) Listen(ctx context.Context) error {
+	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: s.lg, MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	s.lg.Info("listening", zap.Stringer("addr", ln.Addr()))
+	return nil
+}
+
+// Serve accepts requests until ctx ends, then stops accepting, disconnects
+// every connection gracefully (in-flight operations complete or are
+// flushed) within the shutdown timeout, and returns nil.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln == nil {
+		return errors.New("siwd: Serve before Listen")
+	}
+	// Services outlive ctx: on shutdown they end when their connection is
+	// disconnected gracefully, so in-flight operations complete or flush.
+	sctx := context.WithoutCancel(ctx)
+	for {
+		req, err := ln.Accept(ctx)
+		if err != nil {
+			break
+		}
+		s.handle(sctx, req)
+	}
+	return s.shutdown()
+}
+
+func (s *Server) shutdown() error {
+	s.lg.Info("shutting down: no new connections")
+	s.ln.Close()
+	s.mu.Lock()
+	conns := make([]*cm.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.ID().Disconnect(false)
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.lg.Warn("shutdown timeout: aborting the remaining connections", zap.Int("conns", len(conns)))
+		for _, c := range conns {
+			c.ID().Disconnect(true)
+		}
+		<-done
+	}
+	s.dev.Close()
+	s.closeRegions()
+	s.lg.Info("stopped")
+	return nil
+}
+
+func (s *Server) refuse(req *cm.Request, kind, reason string) {
+	s.m.Handshakes.WithLabelValues("rejected", kind).Inc()
+	s.lg.Info("refused", zap.Stringer("remote", req.RemoteAddr), zap.String("why", kind), zap.String("reason", reason))
+	req.Reject([]byte(reason))
+}
+
+func (s *Server) handle(ctx context.Context, req *cm.Request) {
+	ap, _ := netip.ParseAddrPort(req.RemoteAddr.String())
+	release, refused := s.acl.Admit(ap.Addr())
+	if refused != nil {
+		s.refuse(req, refused.Kind, refused.Reason)
+		return
+	}
+	pd := req.PrivateData
+	var serve func() error
+	switch {
+	case len(pd) == 0:
+		serve = func() error { return s.serveRping(ctx, req) }
+	case bytes.HasPrefix(pd, []byte(RegionPrefix)):
+		serve = func() error { return s.serveRegion(ctx, req, string(pd[len(RegionPrefix):])) }
+	case bytes.HasPrefix(pd, []byte(PerfPrefix)) && s.Perf != nil:
+		serve = func() error { return s.Perf(ctx, req, s.dev.AllocPD(), s.m) }
+	default:
+		release()
+		s.refuse(req, "unknown_service", "gosiw siwd: unknown service in private data")
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer release()
+		if err := serve(); err != nil && !errors.Is(err, context.Canceled) {
+			s.lg.Info("connection ended with error", zap.Stringer("remote", req.RemoteAddr), zap.Error(err))
+		}
+	}()
+}
+
+// track registers an accepted connection for shutdown and metrics.
+func (s *Server) track(c *cm.Conn, qp *rdmap.QP) func() {
+	s.m.Handshakes.WithLabelValues("accepted", "").Inc()
+	s.m.Connections.Inc()
+	s.m.QPs.Inc()
+	s.m.CQs.Inc()
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.lg.Info("established", zap.Stringer("remote", c.RemoteAddr), zap.Uint32("qpn", qp.QPN()),
+		zap.Bool("crc", c.Params.CRC), zap.Int("ird", c.Params.IRD), zap.Int("ord", c.Params.ORD))
+	return func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.m.Connections.Dec()
+		s.m.QPs.Dec()
+		s.m.CQs.Dec()
+		st := qp.Stats()
+		s.m.Terminates.WithLabelValues("sent", "", "", "").Add(float64(st.TerminatesSent))
+		s.m.Terminates.WithLabelValues("received", "", "", "").Add(float64(st.TerminatesRecvd))
+		var te *rdmap.TerminateError
+		if err := qp.Err(); errors.As(err, &te) {
+			dir := "sent"
+			if te.Remote {
+				dir = "received"
+			}
+			s.m.Terminates.WithLabelValues(dir, te.Layer.String(), rdmap.ETypeName(te.Layer, te.EType),
+				rdmap.CodeName(te.Layer, te.EType, te.Code)).Inc()
+		}
+		s.lg.Info("closed", zap.Stringer("remote", c.RemoteAddr), zap.Uint32("qpn", qp.QPN()),
+			zap.Uint64("tx_bytes", st.TxBytes), zap.Uint64("rx_bytes", st.RxBytes), zap.NamedError("cause", qp.Err()))
+	}
+}
+
+func (s *Server) serveRping(ctx context.Context, req *cm.Request) error {
+	e, err := rping.NewEndpoint(s.dev.AllocPD(), rping.MaxSize, false)
+	if err != nil {
+		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		return err
+	}
+	defer e.Close()
+	if err := e.Arm(); err != nil {
+		req.Reject(nil)
+		return err
+	}
+	conn, err := req.Accept(cm.ConnParam{QP: e.QP, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1)})
+	if err != nil {
+		s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
+		return err
+	}
+	untrack := s.track(conn, e.QP)
+	defer untrack()
+	defer conn.Close()
+	var last time.Time
+	n, err := e.Server(ctx, func(i int, data []byte) {
+		now := time.Now()
+		if !last.IsZero() {
+			s.m.OpLatency.WithLabelValues("rping").Observe(now.Sub(last).Seconds())
+		}
+		last = now
+		s.m.Ops.WithLabelValues("rx", "send").Add(2)
+		s.m.Ops.WithLabelValues("tx", "read_request").Inc()
+		s.m.Ops.WithLabelValues("tx", "rdma_write").Inc()
+		s.m.Ops.WithLabelValues("tx", "send").Add(2)
+		s.m.Bytes.WithLabelValues("rx", "read_response").Add(float64(len(data) + 1))
+		s.m.Bytes.WithLabelValues("tx", "rdma_write").Add(float64(len(data) + 1))
+		s.m.Bytes.WithLabelValues("rx", "send").Add(2 * rping.MsgLen)
+		s.m.Bytes.WithLabelValues("tx", "send").Add(2 * rping.MsgLen)
+	})
+	s.lg.Info("rping served", zap.Stringer("remote", req.RemoteAddr), zap.Int("pings", n))
+	return err
+}
+
+// RegionReply is the private data of siwd's Reply to a region request:
+// "gosiw-region/1" then the STag (4 bytes), the size (8) and the access
+// ("r", "w" or "rw"), big-endian, space separated in text for readability:
+// "gosiw-region/1 stag=0x12345601 size=1073741824 access=rw".
+func RegionReply(stag rdmap.STag, size int64, acc Access) string {
+	return fmt.Sprintf("gosiw-region/1 stag=%#08x size=%d access=%s", uint32(stag), size, acc)
+}
+
+// ParseRegionReply decodes RegionReply's text.
+func ParseRegionReply(pd []byte) (stag rdmap.STag, size int64, acc Access, err error) {
+	var st uint32
+	var a string
+	if _, err = fmt.Sscanf(string(pd), "gosiw-region/1 stag=0x%x size=%d access=%s", &st, &size, &a); err != nil {
+		return 0, 0, 0, fmt.Errorf("siwd: bad region reply %q: %w", pd, err)
+	}
+	acc, err = ParseAccess(a)
+	return rdmap.STag(st), size, acc, err
+}
+
+func (s *Server) serveRegion(ctx context.Context, req *cm.Request, name string) error {
+	r := s.regions[name]
+	if r == nil {
+		s.refuse(req, "no_region", fmt.Sprintf("gosiw siwd: no region named %.64q", name))
+		return nil
+	}
+	pd := s.dev.AllocPD()
+	acc := rdmap.Access(0)
+	if r.Access&AccessRead != 0 {
+		acc |= rdmap.AccessRemoteRead
+	}
+	if r.Access&AccessWrite != 0 {
+		acc |= rdmap.AccessRemoteWrite | rdmap.AccessLocalWrite
+	}
+	mr, err := pd.RegisterMemory(r.mem, acc)
+	if err != nil {
+		s.refuse(req, "resources", "gosiw siwd: cannot register the region")
+		return err
+	}
+	defer mr.Deregister()
+	cq, err := s.dev.CreateCQ(16)
+	if err != nil {
+		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		return err
+	}
+	defer cq.Close()
+	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
+	if err != nil {
+		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		return err
+	}
+	defer qp.Close()
+	conn, err := req.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
+		PrivateData: []byte(RegionReply(mr.STag(), r.Size, r.Access))})
+	if err != nil {
+		s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
+		return err
+	}
+	untrack := s.track(conn, qp)
+	defer untrack()
+	defer conn.Close()
+	select {
+	case <-conn.Done():
+	case <-ctx.Done():
+	}
+	st := qp.Stats()
+	s.m.Bytes.WithLabelValues("rx", "region").Add(float64(st.RxBytes))
+	s.m.Bytes.WithLabelValues("tx", "region").Add(float64(st.TxBytes))
+	return nil
+}
