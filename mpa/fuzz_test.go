@@ -135,7 +135,7 @@ func FuzzDeframer(f *testing.F) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, crc := range []bool{false, true} {
 		for _, markers := range []bool{false, true} {
-			for _, off := range []uint64{0, 4, 508, 2} {
+			for _, off := range []uint64{0, 4, 508, 2, 1<<64 - 4} { // unaligned and wrapping offsets too
 				fr := &mpa.Framer{CRC: crc, Markers: markers, Pos: off}
 				stream := buildStream(r, fr, randULPDUs(r, 4, 700))
 				f.Add(stream, crc, markers, off, uint16(0), uint64(off))
