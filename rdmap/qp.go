@@ -549,7 +549,7 @@ func (qp *QP) finish() {
 		qp.tx.release()
 		qp.rx.release()
 		if conn != nil {
-			qp.lg.Info("qp closed", zap.Error(err))
+			qp.lg.Info("qp closed", zap.Error(err), zap.NamedError("rx_error", qp.rx.err), zap.NamedError("tx_error", qp.tx.err))
 		}
 		close(qp.done)
 	})

@@ -85,6 +85,9 @@ type rxEngine struct {
 
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
+	// err is the receive direction's first fatal error (sticky): the
+	// Terminate it detected, or why reading stopped.
+	err error
 
 	// The current FPDU.
 	hdr    [hdrCopy]byte // ULPDU_Length and the headers
@@ -170,6 +173,9 @@ func (qp *QP) rxLoop(conn net.Conn) {
 		err = rx.runDirect()
 	}
 	rx.ended.Store(true)
+	if rx.err == nil && err != io.EOF {
+		rx.err = err
+	}
 	qp.rxEnd(conn, err)
 	<-qp.txDone
 	qp.finish()
@@ -222,6 +228,16 @@ func (qp *QP) peerClosed() {
 	qp.ring()
 }
 
+// failWith records the receive direction's error and fails the QP with
+// the Terminate ti.
+func (rx *rxEngine) failWith(ti *termInfo) {
+	err := ti.err()
+	if rx.err == nil {
+		rx.err = err
+	}
+	rx.qp.fail(err, ti)
+}
+
 func (rx *rxEngine) gotFirst() {
 	if !rx.first {
 		rx.first = true
@@ -264,7 +280,7 @@ func (rx *rxEngine) runDirect() error {
 			return err
 		}
 		if ti != nil {
-			qp.fail(ti.err(), ti)
+			rx.failWith(ti)
 		}
 	}
 }
@@ -467,8 +483,7 @@ func (rx *rxEngine) runBuffered() error {
 		if err == mpa.ErrBadCRC {
 			rx.gotFirst()
 			qp.stats.crcErrors.Add(1)
-			ti := rx.crcTerm()
-			qp.fail(ti.err(), ti)
+			rx.failWith(rx.crcTerm())
 			continue
 		}
 		if err != nil {
@@ -483,7 +498,7 @@ func (rx *rxEngine) runBuffered() error {
 		ti := rx.fpduBuffered(f.ULPDU)
 		rx.dropRefs()
 		if ti != nil {
-			qp.fail(ti.err(), ti)
+			rx.failWith(ti)
 		}
 	}
 }

@@ -99,7 +99,8 @@ type txEngine struct {
 	jrefs            [MaxSGE]*MR
 	njrefs           int // references the current work request holds
 	closeTimer       *time.Timer
-	halfClose        bool // the connection has CloseWrite
+	halfClose        bool  // the connection has CloseWrite
+	err              error // the send direction's first fatal error (sticky)
 }
 
 func (t *txEngine) init(qp *QP, ulpdu int) {
@@ -174,6 +175,9 @@ func (qp *QP) txLoop(conn net.Conn) {
 		}
 		progressed, err := qp.txBatch(conn)
 		if err != nil {
+			if t.err == nil {
+				t.err = err
+			}
 			qp.fail(err, nil)
 			abortConn(conn)
 			continue

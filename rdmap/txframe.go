@@ -12,7 +12,7 @@ import (
 // Linux's IOV_MAX so a batch is a single system call.
 const (
 	maxBatchIOV   = 1000
-	maxBatchBytes = 1 << 20
+	maxBatchBytes = 512 << 10
 	scratchSize   = 64 << 10
 	// maxCtrlHdr is the longest DDP+RDMAP header an FPDU starts with
 	// (untagged header and an Atomic Request), or a Terminate body.
