@@ -260,6 +260,12 @@ func FuzzStreamDecoder(f *testing.F) {
 		want := streamRecords(t, i2r, r2i, nil)
 		rng := rand.New(rand.NewPCG(seed, seed>>32))
 		got := streamRecords(t, i2r, r2i, rng)
+		if startsLikeRequest(i2r) && startsLikeRequest(r2i) {
+			// Both sides begin with the Request key: the Initiator is
+			// whoever sends it first, so which side that is depends on the
+			// order the segments arrive in. Only panics count.
+			return
+		}
 		if len(want) != len(got) {
 			t.Fatalf("%d records whole, %d cut:\n%v\n%v", len(want), len(got), want, got)
 		}
@@ -269,6 +275,13 @@ func FuzzStreamDecoder(f *testing.F) {
 			}
 		}
 	})
+}
+
+// startsLikeRequest reports whether b is, as far as it goes, the start of
+// an MPA Request key.
+func startsLikeRequest(b []byte) bool {
+	k := min(len(b), mpa.KeyLen)
+	return bytes.Equal(b[:k], mpa.KeyRequest[:k])
 }
 
 // streamRecords decodes one connection carrying i2r and r2i. With rng nil

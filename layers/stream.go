@@ -370,7 +370,10 @@ func (d *StreamDecoder) process(c *conn) {
 	}
 }
 
-// detect looks for the Request key at the start of each direction.
+// detect looks for the Request key at the start of each direction. RFC
+// 5044 names the Initiator by the Request it sends (the first to send
+// data), not by who sent the TCP SYN. If both directions begin with the
+// key, the first to show all 16 octets wins.
 func (d *StreamDecoder) detect(c *conn) bool {
 	for i := range c.h {
 		h := &c.h[i]

@@ -151,7 +151,8 @@ func validCode(layer, etype, code uint8) bool {
 	case LayerRDMAP:
 		switch etype {
 		case ETypeLocalCatastrophic:
-			return code == CodeLocalCatastrophicAll
+			// RFC 5040 has 0x00; Linux siw sends 0xff (RDMAP_ECODE_UNSPECIFIED).
+			return code == CodeLocalCatastrophicAll || code == CodeUnspecified
 		case ETypeRemoteProtection:
 			return code <= CodeTOWrap || code == CodeCannotInvalidate || code == CodeUnspecified
 		case ETypeRemoteOperation:
@@ -362,7 +363,7 @@ func CodeName(l Layer, etype, code uint8) string {
 	switch l {
 	case LayerRDMAP:
 		if etype == ETypeLocalCatastrophic {
-			if code == CodeLocalCatastrophicAll {
+			if code == CodeLocalCatastrophicAll || code == CodeUnspecified {
 				return "unspecified"
 			}
 			break

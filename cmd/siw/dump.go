@@ -56,9 +56,9 @@ func runDump(out io.Writer, path string, asJSON bool) error {
 			return
 		}
 		if asJSON {
-			werr = writeJSON(w, r)
+			werr = writeDumpJSON(w, r)
 		} else {
-			_, werr = fmt.Fprintln(w, textLine(r))
+			_, werr = fmt.Fprintln(w, dumpTextLine(r))
 		}
 	}
 	derr := layers.DecodeCapture(f, emit)
@@ -166,18 +166,18 @@ type jsonNote struct {
 	Note string `json:"note"`
 }
 
-func ptr[T any](v T) *T { return &v }
+func jsonPtr[T any](v T) *T { return &v }
 
-func common(r *layers.Record) jsonCommon {
+func jsonCommonOf(r *layers.Record) jsonCommon {
 	c := jsonCommon{Conn: r.Conn.String(), Dir: r.Dir.String(), Kind: r.Kind.String(), Packet: r.Packet}
 	if r.Index >= 0 {
-		c.Frame = ptr(r.Index)
+		c.Frame = jsonPtr(r.Index)
 	}
 	return c
 }
 
-func writeJSON(w io.Writer, r *layers.Record) error {
-	b, err := json.Marshal(jsonValue(r))
+func writeDumpJSON(w io.Writer, r *layers.Record) error {
+	b, err := json.Marshal(dumpJSONValue(r))
 	if err != nil {
 		return err
 	}
@@ -186,42 +186,42 @@ func writeJSON(w io.Writer, r *layers.Record) error {
 	return err
 }
 
-func jsonValue(r *layers.Record) any {
+func dumpJSONValue(r *layers.Record) any {
 	switch r.Kind {
 	case layers.KindMPARequest, layers.KindMPAReply:
 		if r.Startup == nil {
-			m := jsonMalformedHandshake{jsonCommon: common(r), Wire: hex.EncodeToString(r.Wire)}
+			m := jsonMalformedHandshake{jsonCommon: jsonCommonOf(r), Wire: hex.EncodeToString(r.Wire)}
 			if r.Err != nil {
 				m.Error = r.Err.Error()
 			}
 			var re *mpa.RevisionError
 			if errors.As(r.Err, &re) {
-				m.Rev = ptr(re.Rev)
+				m.Rev = jsonPtr(re.Rev)
 			}
 			return m
 		}
-		return handshakeJSON(r)
+		return dumpHandshakeJSON(r)
 	case layers.KindFPDU:
-		return fpduJSON(r)
+		return dumpFPDUJSON(r)
 	}
-	return jsonNote{jsonCommon: common(r), Note: r.Note}
+	return jsonNote{jsonCommon: jsonCommonOf(r), Note: r.Note}
 }
 
-func handshakeJSON(r *layers.Record) jsonHandshake {
+func dumpHandshakeJSON(r *layers.Record) jsonHandshake {
 	s := r.Startup
 	h := jsonHandshake{
-		jsonCommon: common(r), Rev: s.Rev, Markers: s.Markers, CRC: s.CRC, Reject: s.Reject,
-		Enhanced: s.Enhanced, P2P: s.P2P, RTR: rtrList(&s.Frame), PDLen: s.PDLength,
+		jsonCommon: jsonCommonOf(r), Rev: s.Rev, Markers: s.Markers, CRC: s.CRC, Reject: s.Reject,
+		Enhanced: s.Enhanced, P2P: s.P2P, RTR: dumpRTRList(&s.Frame), PDLen: s.PDLength,
 		PrivateData: hex.EncodeToString(s.PrivateData), Reserved: s.Reserved,
 	}
 	if s.Enhanced {
-		h.IRD, h.ORD = ptr(s.IRD), ptr(s.ORD)
+		h.IRD, h.ORD = jsonPtr(s.IRD), jsonPtr(s.ORD)
 	}
 	return h
 }
 
-// rtrList lists the RFC 6581 RTR bits set: "write", "read", "send".
-func rtrList(f *mpa.Frame) []string {
+// dumpRTRList lists the RFC 6581 RTR bits set: "write", "read", "send".
+func dumpRTRList(f *mpa.Frame) []string {
 	l := []string{}
 	if f.RTRWrite {
 		l = append(l, "write")
@@ -235,8 +235,8 @@ func rtrList(f *mpa.Frame) []string {
 	return l
 }
 
-func fpduJSON(r *layers.Record) jsonFPDU {
-	j := jsonFPDU{jsonCommon: common(r)}
+func dumpFPDUJSON(r *layers.Record) jsonFPDU {
+	j := jsonFPDU{jsonCommon: jsonCommonOf(r)}
 	if r.Err != nil {
 		j.Error = r.Err.Error()
 	}
@@ -246,7 +246,7 @@ func fpduJSON(r *layers.Record) jsonFPDU {
 	}
 	j.ULPDULen, j.CRC, j.Markers = m.ULPDULength, m.CRC, m.MarkerCount
 	if m.Framing.CRC {
-		j.CRCOK = ptr(m.CRCValid)
+		j.CRCOK = jsonPtr(m.CRCValid)
 	}
 	d := r.DDP
 	if d == nil {
@@ -254,44 +254,44 @@ func fpduJSON(r *layers.Record) jsonFPDU {
 	}
 	j.DDP = &jsonDDP{Tagged: d.Tagged, Last: d.Last, Version: d.Version}
 	if d.Tagged {
-		j.DDP.STag, j.DDP.TO = ptr(d.STag), ptr(d.TO)
+		j.DDP.STag, j.DDP.TO = jsonPtr(d.STag), jsonPtr(d.TO)
 	} else {
-		j.DDP.QN, j.DDP.MSN, j.DDP.MO = ptr(d.QN), ptr(d.MSN), ptr(d.MO)
+		j.DDP.QN, j.DDP.MSN, j.DDP.MO = jsonPtr(d.QN), jsonPtr(d.MSN), jsonPtr(d.MO)
 	}
 	rd := &jsonRDMAP{Version: d.RDMAPVersion, Opcode: d.Opcode.String()}
 	j.RDMAP = rd
 	if !d.Tagged && rdmap.Opcode(d.Opcode).HasInvalidateSTag() {
-		rd.InvSTag = ptr(d.InvalidateSTag)
+		rd.InvSTag = jsonPtr(d.InvalidateSTag)
 	}
 	if rr := r.ReadRequest; rr != nil {
-		rd.SinkSTag, rd.SinkTO, rd.ReadLen = ptr(rr.SinkSTag), ptr(rr.SinkTO), ptr(rr.Size)
-		rd.SrcSTag, rd.SrcTO = ptr(rr.SrcSTag), ptr(rr.SrcTO)
+		rd.SinkSTag, rd.SinkTO, rd.ReadLen = jsonPtr(rr.SinkSTag), jsonPtr(rr.SinkTO), jsonPtr(rr.Size)
+		rd.SrcSTag, rd.SrcTO = jsonPtr(rr.SrcSTag), jsonPtr(rr.SrcTO)
 	}
 	if t := r.Terminate; t != nil {
-		rd.TermLayer, rd.TermEType, rd.TermECode = ptr(uint8(t.Layer)), ptr(t.EType), ptr(t.Code)
-		rd.TermM, rd.TermD, rd.TermR = ptr(t.M), ptr(t.D), ptr(t.R)
+		rd.TermLayer, rd.TermEType, rd.TermECode = jsonPtr(uint8(t.Layer)), jsonPtr(t.EType), jsonPtr(t.Code)
+		rd.TermM, rd.TermD, rd.TermR = jsonPtr(t.M), jsonPtr(t.D), jsonPtr(t.R)
 		rd.TermLayout, rd.TermText = t.Layout.String(), t.Terminate.String()
 		if t.M || t.D || t.R {
-			rd.TermSegLen = ptr(t.SegLen)
+			rd.TermSegLen = jsonPtr(t.SegLen)
 		}
 	}
 	if a := r.AtomicRequest; a != nil {
-		rd.AtomicOp, rd.ReqID = a.Op.String(), ptr(a.ReqID)
-		rd.RemoteSTag, rd.RemoteTO = ptr(uint32(a.STag)), ptr(a.TO)
-		rd.AddSwap, rd.AddSwapMask = ptr(a.AddSwap), ptr(a.AddSwapMask)
-		rd.Compare, rd.CompareMask = ptr(a.Compare), ptr(a.CompareMask)
+		rd.AtomicOp, rd.ReqID = a.Op.String(), jsonPtr(a.ReqID)
+		rd.RemoteSTag, rd.RemoteTO = jsonPtr(uint32(a.STag)), jsonPtr(a.TO)
+		rd.AddSwap, rd.AddSwapMask = jsonPtr(a.AddSwap), jsonPtr(a.AddSwapMask)
+		rd.Compare, rd.CompareMask = jsonPtr(a.Compare), jsonPtr(a.CompareMask)
 	}
 	if a := r.AtomicResponse; a != nil {
-		rd.OrigReqID, rd.OrigValue = ptr(a.ReqID), ptr(a.OriginalValue)
+		rd.OrigReqID, rd.OrigValue = jsonPtr(a.ReqID), jsonPtr(a.OriginalValue)
 	}
 	if r.Err == nil {
-		j.PayloadLen = ptr(len(r.Payload))
+		j.PayloadLen = jsonPtr(len(r.Payload))
 	}
 	return j
 }
 
-// textLine formats a record as one readable line.
-func textLine(r *layers.Record) string {
+// dumpTextLine formats a record as one readable line.
+func dumpTextLine(r *layers.Record) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%5d %s", r.Packet, r.Conn)
 	if r.Dir != layers.DirNone {
@@ -325,7 +325,7 @@ func textLine(r *layers.Record) string {
 				if s.P2P {
 					b.WriteString(" p2p")
 				}
-				if rtr := rtrList(&s.Frame); len(rtr) > 0 {
+				if rtr := dumpRTRList(&s.Frame); len(rtr) > 0 {
 					fmt.Fprintf(&b, " rtr %s", strings.Join(rtr, ","))
 				}
 			}

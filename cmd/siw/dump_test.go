@@ -22,9 +22,9 @@ import (
 //	go test ./cmd/siw -run TestDumpGolden -update
 //
 // and read the diff.
-var update = flag.Bool("update", false, "rewrite cmd/siw/testdata/dump/* from the current output")
+var updateDump = flag.Bool("update", false, "rewrite cmd/siw/testdata/dump/* from the current output")
 
-func captures(t *testing.T) []string {
+func dumpCaptures(t *testing.T) []string {
 	t.Helper()
 	m, err := filepath.Glob("../../testdata/captures/*.pcap")
 	if err != nil || len(m) == 0 {
@@ -33,7 +33,7 @@ func captures(t *testing.T) []string {
 	return m
 }
 
-func dump(t *testing.T, path string, asJSON bool) []byte {
+func dumpOutput(t *testing.T, path string, asJSON bool) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	if err := runDump(&out, path, asJSON); err != nil {
@@ -44,16 +44,16 @@ func dump(t *testing.T, path string, asJSON bool) []byte {
 
 func TestDumpGolden(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, path := range captures(t) {
+	for _, path := range dumpCaptures(t) {
 		name := strings.TrimSuffix(filepath.Base(path), ".pcap")
 		for _, tc := range []struct {
 			ext    string
 			asJSON bool
 		}{{".jsonl", true}, {".txt", false}} {
 			t.Run(name+tc.ext, func(t *testing.T) {
-				got := dump(t, path, tc.asJSON)
+				got := dumpOutput(t, path, tc.asJSON)
 				golden := filepath.Join("testdata", "dump", name+tc.ext)
-				if *update {
+				if *updateDump {
 					if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 						t.Fatal(err)
 					}
@@ -67,15 +67,15 @@ func TestDumpGolden(t *testing.T) {
 					t.Fatalf("%v (regenerate with -update)", err)
 				}
 				if !bytes.Equal(got, want) {
-					t.Errorf("output differs from %s (regenerate with -update if intended):\n%s", golden, lineDiff(want, got))
+					t.Errorf("output differs from %s (regenerate with -update if intended):\n%s", golden, dumpLineDiff(want, got))
 				}
 			})
 		}
 	}
 }
 
-// lineDiff shows the first differing lines.
-func lineDiff(want, got []byte) string {
+// dumpLineDiff shows the first differing lines.
+func dumpLineDiff(want, got []byte) string {
 	w, g := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
 	for i := 0; i < max(len(w), len(g)); i++ {
 		var a, b string
@@ -100,9 +100,9 @@ func TestDumpJSONFields(t *testing.T) {
 	frame := []string{"dir", "frame", "packet"}
 	handshake := []string{"rev", "markers", "crc", "reject", "enhanced", "p2p", "ird", "ord", "rtr", "pd_len", "private_data"}
 	fpdu := []string{"ulpdu_len", "crc", "crc_ok", "ddp", "rdmap", "payload_len"}
-	for _, path := range captures(t) {
+	for _, path := range dumpCaptures(t) {
 		crcCapture := strings.Contains(path, "crc-")
-		lines := bytes.Split(bytes.TrimSpace(dump(t, path, true)), []byte("\n"))
+		lines := bytes.Split(bytes.TrimSpace(dumpOutput(t, path, true)), []byte("\n"))
 		for i, line := range lines {
 			var m map[string]any
 			if err := json.Unmarshal(line, &m); err != nil {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap"
 )
 
 // siw probe: connect to an iWARP peer with hand-made MPA Requests, one TCP
@@ -137,13 +139,55 @@ func (p *prober) dial(ctx context.Context) (net.Conn, error) {
 	return d.DialContext(ctx, "tcp", p.addr)
 }
 
-// ask sends one Request on a new connection and reads the answer.
+// ask sends one Request on a new connection and reads the answer. After
+// a Reply that accepts peer-to-peer mode it sends the chosen RTR before
+// closing, as an initiator must: Linux 6.1's iw_cm hits BUG() in
+// cm_close_handler when a P2P connection closes before its RTR.
 func (p *prober) ask(ctx context.Context, req []byte) (outcome, error) {
 	c, err := p.dial(ctx)
 	if err != nil {
 		return outcome{}, err
 	}
 	defer c.Close()
+	out, err := p.exchange(c, req)
+	if r := out.reply; r != nil && !r.Reject && r.Enhanced && r.P2P {
+		var sent mpa.Frame
+		_, _ = mpa.ParseFrame(req, &sent)
+		if rtr := (r.RTRs() & sent.RTRs()).Choose(); rtr != mpa.RTRNone {
+			fr := mpa.Framer{CRC: r.CRC || sent.CRC, Markers: r.Markers}
+			if _, werr := c.Write(appendRTR(nil, &fr, rtr)); werr == nil {
+				// Close gracefully: FIN, then wait for the peer's.
+				if tc, ok := c.(*net.TCPConn); ok {
+					_ = tc.CloseWrite()
+				}
+				_ = c.SetReadDeadline(time.Now().Add(p.o.timeout))
+				_, _ = io.Copy(io.Discard, c)
+			}
+		}
+	}
+	return out, err
+}
+
+// appendRTR appends the FPDU of RTR r as Linux siw sends it
+// (siw_qp_mpa_rts): a zero-length RDMA Write to STag 1, a zero-length
+// Read Request with source STag 1, or a zero-length Send.
+func appendRTR(b []byte, f *mpa.Framer, r mpa.RTR) []byte {
+	var hdr []byte
+	switch r {
+	case mpa.RTRWrite:
+		hdr = ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: 1})
+	case mpa.RTRRead:
+		hdr = ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true,
+			RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpReadRequest), QN: rdmap.QNReadRequest, MSN: 1})
+		hdr = rdmap.AppendReadRequest(hdr, &rdmap.ReadRequestFields{SrcSTag: 1})
+	case mpa.RTRSend:
+		hdr = ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true,
+			RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpSend), QN: rdmap.QNSend, MSN: 1})
+	}
+	return f.AppendFPDU(b, hdr, nil)
+}
+
+func (p *prober) exchange(c net.Conn, req []byte) (outcome, error) {
 	_ = c.SetDeadline(time.Now().Add(p.o.timeout))
 	if _, err := c.Write(req); err != nil {
 		return outcome{closed: true}, nil

@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -171,6 +172,7 @@ func connect(args []string) error {
 	addr := fs.String("addr", "127.0.0.1:17174", "responder address")
 	p2p := fs.Bool("p2p", false, "ask for peer-to-peer mode (RTR)")
 	crc := fs.Bool("crc", false, "require CRC")
+	rtrs := fs.String("rtrs", "write|read", "RTR types to offer in P2P mode: write|read|send combinations")
 	ird := fs.Int("ird", 1, "IRD to ask for")
 	ord := fs.Int("ord", 1, "ORD to ask for")
 	verbose := fs.Bool("v", false, "log the cm at debug level")
@@ -180,6 +182,18 @@ func connect(args []string) error {
 	cfg := &cm.Config{Logger: lg, MPA: mpa.Policy{P2P: *p2p, MaxPrivateData: mpa.SiwMaxPrivateData}}
 	if *crc {
 		cfg.MPA.CRC = mpa.CRCRequired
+	}
+	for _, r := range strings.Split(*rtrs, "|") {
+		switch r {
+		case "write":
+			cfg.MPA.RTRs |= mpa.RTRSetWrite
+		case "read":
+			cfg.MPA.RTRs |= mpa.RTRSetRead
+		case "send":
+			cfg.MPA.RTRs |= mpa.RTRSetSend
+		default:
+			return fmt.Errorf("unknown RTR type %q", r)
+		}
 	}
 	events := make(chan *cm.Event, 8)
 	id := cm.NewID(dev, func(id *cm.ID, ev *cm.Event) error {

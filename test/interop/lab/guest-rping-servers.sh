@@ -27,5 +27,5 @@ while [ ! -f /mnt/host/STOP ] && [ $(( $(cut -d. -f1 /proc/uptime) - t0 )) -lt 2
 kill $rp 2>/dev/null; wait $rp
 kill -INT $tpid; wait $tpid
 cp /tmp/cms.pcap $P/cm-rping-servers.pcap
-echo "## dmesg" >> $OUT; dmesg | grep -i siw | tail -n 40 >> $OUT
+echo "## dmesg" >> $OUT; dmesg | grep -iE 'siw|iw_cm|kernel BUG|RIP:' | tail -n 40 >> $OUT
 cat $OUT

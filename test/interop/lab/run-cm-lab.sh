@@ -35,6 +35,11 @@ waitready server3 && { echo "\$ cmlab connect -addr 127.0.0.1:17174 -crc -ird 12
 if waitready persistent; then
   echo "\$ siw probe 127.0.0.1:17174"; "$SIW" probe 127.0.0.1:17174; echo "rc=$?"
   echo "\$ siw probe --json --request-timeout-wait 0 127.0.0.1:17174"; "$SIW" probe --json --request-timeout-wait 0 127.0.0.1:17174; echo "rc=$?"
+  # Last, as it may take the guest's iw_cm down: offer only the Send RTR;
+  # siw proposes Write, gosiw answers with Terminate 0x07 and closes
+  # without an RTR.
+  echo "\$ cmlab connect -addr 127.0.0.1:17174 -p2p -rtrs send"; "$CMLAB" connect -addr 127.0.0.1:17174 -p2p -rtrs send; echo "rc=$?"
+  sleep 3
 fi
 touch "$SH/STOP"
 wait $RPID
