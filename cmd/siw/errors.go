@@ -21,7 +21,7 @@ func explain(addr string, err error) error {
 	switch {
 	case errors.As(err, &rej):
 		return fmt.Errorf("rejected by %s: %s (%s)", addr, printable(rej.PrivateData),
-			cm.RejectMsg(int(cm.StatusRejected.Errno())))
+			cm.RejectMsg(-int(syscall.ECONNREFUSED)))
 	case errors.As(err, &te):
 		who := "local side detected"
 		if te.Remote {

@@ -1,0 +1,254 @@
+// Package e2e drives the real siwd and siw binaries: it builds them once,
+// starts siwd on ephemeral loopback ports, and runs client commands
+// against it, checking their output and exit codes.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gosiw-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for _, cmd := range []string{"siw", "siwd"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/gosiw/gosiw/cmd/"+cmd).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", cmd, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a running siwd.
+type daemon struct {
+	cmd     *exec.Cmd
+	addr    string // host:port of the iWARP listener
+	metrics string // URL of /metrics, when on
+	stderr  *strings.Builder
+	done    chan error
+}
+
+var (
+	listenRe  = regexp.MustCompile(`^siwd listening on (\S+)`)
+	metricsRe = regexp.MustCompile(`^siwd metrics on (\S+)`)
+)
+
+// startSiwd runs siwd with args (plus ephemeral --listen and --metrics)
+// and waits for it to announce its addresses.
+func startSiwd(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	args = append([]string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"}, args...)
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	cmd.Stderr = d.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		d.done <- cmd.Wait()
+	}()
+	timeout := time.After(20 * time.Second)
+	for d.addr == "" || d.metrics == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("siwd exited before listening: %s", d.stderr)
+			}
+			if m := listenRe.FindStringSubmatch(l); m != nil {
+				d.addr = m[1]
+			}
+			if m := metricsRe.FindStringSubmatch(l); m != nil {
+				d.metrics = m[1]
+			}
+		case <-timeout:
+			cmd.Process.Kill()
+			t.Fatalf("siwd did not announce its addresses: %s", d.stderr)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.done:
+			case <-time.After(15 * time.Second):
+				cmd.Process.Kill()
+				t.Errorf("siwd did not stop on SIGTERM")
+			}
+		}
+	})
+	return d
+}
+
+// stop sends SIGTERM and waits (bounded) for a clean exit.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("siwd exit: %v\n%s", err, d.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		d.cmd.Process.Kill()
+		t.Fatalf("siwd did not exit within 15 s of SIGTERM\n%s", d.stderr)
+	}
+}
+
+func (d *daemon) hostPort() (string, string) {
+	i := strings.LastIndex(d.addr, ":")
+	return d.addr[:i], d.addr[i+1:]
+}
+
+// siw runs the client tool and returns its combined output and exit code.
+func siw(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "siw"), args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("siw %v: %v", args, err)
+	}
+	return string(out), code
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func metricValue(body, series string) string {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestPingAgainstSiwd(t *testing.T) {
+	d := startSiwd(t)
+	host, port := d.hostPort()
+	for _, size := range []string{"64", "4096", "65535"} {
+		out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-S", size, "-C", "4", "-v", "-V")
+		if code != 0 {
+			t.Fatalf("siw ping -S %s: exit %d\n%s", size, code, out)
+		}
+		if n := strings.Count(out, "ping data: rdma-ping-"); n != 4 {
+			t.Fatalf("siw ping -S %s printed %d pings:\n%s", size, n, out)
+		}
+		if !strings.Contains(out, "4 pings of "+size+" bytes") || !strings.Contains(out, "validation ok") {
+			t.Fatalf("summary missing:\n%s", out)
+		}
+	}
+	body := scrape(t, strings.TrimSuffix(d.metrics, "/metrics")+"/metrics")
+	if v := metricValue(body, `siwd_handshakes_total{reason="",result="accepted"}`); v != "3" {
+		t.Errorf("accepted handshakes = %q, want 3", v)
+	}
+	if v := metricValue(body, `siwd_operations_total{dir="tx",opcode="rdma_write"}`); v != "12" {
+		t.Errorf("RDMA Writes = %q, want 12", v)
+	}
+	// 4 pings each of 64, 4096 and 65535 bytes written back.
+	if v := metricValue(body, `siwd_bytes_total{dir="tx",opcode="rdma_write"}`); v != fmt.Sprint(4*(64+4096+65535)) {
+		t.Errorf("RDMA Write bytes = %q", v)
+	}
+	if h := scrape(t, strings.TrimSuffix(d.metrics, "/metrics")+"/healthz"); h != "ok\n" {
+		t.Errorf("healthz = %q", h)
+	}
+	d.stop(t)
+}
+
+func TestACLRefusalSeenByClient(t *testing.T) {
+	d := startSiwd(t, "--allow", "10.99.0.0/16", "--log-format", "json")
+	host, port := d.hostPort()
+	out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "1")
+	if code == 0 {
+		t.Fatalf("refused client exited 0:\n%s", out)
+	}
+	for _, want := range []string{"rejected by", "127.0.0.1 is not allowed by the access rules", "refused by remote application"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("client output lacks %q:\n%s", want, out)
+		}
+	}
+	body := scrape(t, d.metrics)
+	if v := metricValue(body, `siwd_handshakes_total{reason="acl",result="rejected"}`); v != "1" {
+		t.Errorf("rejected handshakes = %q, want 1", v)
+	}
+	d.stop(t)
+	if !strings.Contains(d.stderr.String(), `"msg":"refused"`) {
+		t.Errorf("siwd did not log the refusal as JSON:\n%s", d.stderr)
+	}
+}
+
+func TestMaxConnsPerClient(t *testing.T) {
+	d := startSiwd(t, "--max-conns", "5", "--max-conns-per-client", "0")
+	host, port := d.hostPort()
+	out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "2")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	d.stop(t)
+}
+
+func TestUnreachable(t *testing.T) {
+	out, code := siw(t, "ping", "-c", "-a", "127.0.0.1", "-p", "1", "-C", "1")
+	if code == 0 || !strings.Contains(out, "unreachable") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	out, code := siw(t, "ping", "-a", "127.0.0.1")
+	if code == 0 || !strings.Contains(out, "exactly one of -c") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--region", "name=x,size=0")
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "size") {
+		t.Fatalf("siwd with a bad region: %v\n%s", err, b)
+	}
+}
