@@ -9,8 +9,11 @@ all: build
 build:
 	$(GO) build $(PKGS)
 
-# The main job: for now, decode a real Linux siw capture with siw dump.
-demo: build
+# The main job: start siwd on loopback, run siw ping and siw perf against
+# it, show its metrics, stop it; then decode a real Linux siw capture.
+demo:
+	./scripts/demo.sh
+	@echo; echo "== siw dump testdata/captures/crc-rping-default.pcap (a real Linux siw rping capture, CRC on)"
 	$(GO) run ./cmd/siw dump testdata/captures/crc-rping-default.pcap
 
 test:

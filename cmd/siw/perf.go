@@ -1,0 +1,727 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/perf"
+	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap"
+)
+
+// siw perf: iperf3 for gosiw. `siw perf -s` is the responder (siwd serves
+// the same protocol); `siw perf write|read|send HOST:PORT` the client.
+
+const perfDefaultListen = "127.0.0.1:7174"
+
+type perfServerFlags struct {
+	server    bool
+	listen    string
+	tcpListen string
+	crc       bool
+}
+
+type perfClientFlags struct {
+	size            perfSizeValue
+	time, interval  perfSecondsValue
+	parallel, depth int
+	crc, json, tcp  bool
+	pingpong        bool
+	tcpAddr         string
+	connectTimeout  time.Duration
+}
+
+func newPerfCmd() *cobra.Command {
+	var f perfServerFlags
+	cmd := &cobra.Command{
+		Use:   "perf -s [--listen ADDR] | perf (write|read|send) [flags] HOST:PORT",
+		Short: "Measure gosiw throughput and latency, iperf3-style",
+		Long: `Measure gosiw between a client and a perf responder: siwd, or
+"siw perf -s" here. Each stream is one gosiw connection (QP); the client keeps
+--depth work requests in flight for --time, prints one line per --interval and
+a summary, and checks at the end that the responder got what was sent.
+
+  siw perf -s [--listen 127.0.0.1:7174] [--tcp-listen ADDR|off]
+  siw perf write [-s SIZE] [-t SECS] [-P N] [-d DEPTH] [--crc] HOST:PORT
+  siw perf read  ...                 (RDMA Reads from the responder)
+  siw perf send  [--pingpong] ...    (Sends; --pingpong: round-trip latency)
+
+--tcp runs the same test over plain TCP afterwards and prints the gosiw/TCP
+ratio. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
+on the next port (--tcp-listen), which is where --tcp goes by default;
+siwd has none, so against siwd use --tcp-addr self (an in-process sink on
+loopback, for a responder on this host) or point --tcp-addr at a
+"siw perf -s" elsewhere.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !f.server {
+				return errors.New("perf: give an op (write, read or send) and HOST:PORT, or -s for the responder")
+			}
+			ctx, stop := perfSignalContext(cmd.Context())
+			defer stop()
+			return perfServer(ctx, cmd.OutOrStdout(), &f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.server, "server", "s", false, "run the responder")
+	fl.StringVar(&f.listen, "listen", perfDefaultListen, "responder: gosiw address to listen on")
+	fl.StringVar(&f.tcpListen, "tcp-listen", "", `responder: TCP baseline sink address (default: the --listen host, port+1; "off": none)`)
+	fl.BoolVar(&f.crc, "crc", false, "responder: ask every client for MPA CRC32c (by default CRC is on when the client asks)")
+	for _, op := range []string{"write", "read", "send"} {
+		cmd.AddCommand(newPerfOpCmd(op))
+	}
+	return cmd
+}
+
+// perfSignalContext ends the test at the first SIGINT/SIGTERM (the test
+// stops early and still reports); a second one kills the process.
+func perfSignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
+}
+
+func newPerfOpCmd(op string) *cobra.Command {
+	f := perfClientFlags{time: perfSecondsValue(perf.DefaultDuration), interval: perfSecondsValue(perf.DefaultInterval)}
+	short := map[string]string{
+		"write": "RDMA Write into the responder's buffer",
+		"read":  "RDMA Read from the responder's buffer",
+		"send":  "Send to the responder's receives (--pingpong: echoed, for latency)",
+	}[op]
+	cmd := &cobra.Command{
+		Use:   op + " [flags] HOST:PORT",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := perfSignalContext(cmd.Context())
+			defer stop()
+			return perfClient(ctx, cmd.OutOrStdout(), op, args[0], &f)
+		},
+	}
+	fl := cmd.Flags()
+	sizeHelp := "message size in bytes, K/M suffixes allowed (default 64K)"
+	if op == "send" {
+		sizeHelp = "message size in bytes, K/M suffixes allowed (default 64K; 64 with --pingpong)"
+	}
+	fl.VarP(&f.size, "size", "s", sizeHelp)
+	fl.VarP(&f.time, "time", "t", "seconds to measure (or a duration: 500ms)")
+	fl.VarP(&f.interval, "interval", "i", "seconds between interval reports; 0 for none")
+	fl.IntVarP(&f.parallel, "parallel", "P", 1, "parallel streams (connections, QPs)")
+	fl.IntVarP(&f.depth, "depth", "d", perf.DefaultDepth, "work requests each stream keeps outstanding (read: at most the granted ORD)")
+	fl.BoolVar(&f.crc, "crc", false, "ask for MPA CRC32c")
+	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of text")
+	fl.BoolVar(&f.tcp, "tcp", false, "then run the same test over raw TCP and print the gosiw/TCP ratio")
+	fl.StringVar(&f.tcpAddr, "tcp-addr", "", `TCP sink for --tcp, which it implies (default: HOST:PORT+1, where "siw perf -s" runs one; "self": an in-process sink on loopback)`)
+	fl.DurationVar(&f.connectTimeout, "connect-timeout", 10*time.Second, "how long connecting may take")
+	if op == "send" {
+		fl.BoolVar(&f.pingpong, "pingpong", false, "one Send at a time, echoed by the responder: measure the round trip")
+	}
+	return cmd
+}
+
+// perfSizeValue is a byte count with optional K, M or G (powers of 1024).
+type perfSizeValue int
+
+func (v *perfSizeValue) String() string {
+	if *v == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(*v))
+}
+func (v *perfSizeValue) Type() string { return "bytes" }
+func (v *perfSizeValue) Set(s string) error {
+	mul := 1
+	t := strings.TrimSuffix(strings.ToUpper(s), "B")
+	t = strings.TrimSuffix(t, "I")
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mul, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mul, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mul, t = 1<<30, t[:len(t)-1]
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n <= 0 || n > (1<<31)/mul {
+		return fmt.Errorf("not a size: %q", s)
+	}
+	*v = perfSizeValue(n * mul)
+	return nil
+}
+
+// perfSecondsValue is a duration given in seconds ("10", "0.5") or as a Go
+// duration ("500ms").
+type perfSecondsValue time.Duration
+
+func (v *perfSecondsValue) String() string {
+	return strconv.FormatFloat(time.Duration(*v).Seconds(), 'f', -1, 64)
+}
+func (v *perfSecondsValue) Type() string { return "seconds" }
+func (v *perfSecondsValue) Set(s string) error {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 {
+			return fmt.Errorf("negative: %q", s)
+		}
+		*v = perfSecondsValue(f * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("not a number of seconds or a duration: %q", s)
+	}
+	*v = perfSecondsValue(d)
+	return nil
+}
+
+func perfParseOp(op string, pingpong bool) perf.Op {
+	switch {
+	case op == "write":
+		return perf.OpWrite
+	case op == "read":
+		return perf.OpRead
+	case pingpong:
+		return perf.OpPingPong
+	}
+	return perf.OpSend
+}
+
+// perfJSON is what --json prints: iperf3's layout (start, intervals, end),
+// with the baseline's own intervals and end under "tcp".
+type perfJSON struct {
+	Start     perfJSONStart   `json:"start"`
+	Intervals []perf.Interval `json:"intervals"`
+	End       *perfJSONEnd    `json:"end,omitempty"`
+	TCP       *perfJSONRun    `json:"tcp,omitempty"`
+	// Ratio is gosiw's figure over TCP's, RatioOf says which:
+	// "bits_per_second", or for pingpong "mean_us" (the round trip).
+	Ratio   *float64 `json:"ratio,omitempty"`
+	RatioOf string   `json:"ratio_of,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+type perfJSONStart struct {
+	Version   string  `json:"version"`
+	Op        string  `json:"op"`
+	Target    string  `json:"target"`
+	Size      int     `json:"size"`
+	Depth     int     `json:"depth"`
+	Parallel  int     `json:"parallel"`
+	Duration  float64 `json:"duration"`
+	Interval  float64 `json:"interval"`
+	CRC       bool    `json:"crc"`
+	TCPAddr   string  `json:"tcp_addr,omitempty"`
+	Timestamp string  `json:"timestamp"`
+}
+
+type perfJSONEnd struct {
+	Streams []perf.StreamResult `json:"streams"`
+	Sum     perf.Summary        `json:"sum"`
+}
+
+type perfJSONRun struct {
+	Intervals []perf.Interval `json:"intervals"`
+	End       *perfJSONEnd    `json:"end,omitempty"`
+	Error     string          `json:"error,omitempty"`
+}
+
+func perfEnd(r *perf.Result) *perfJSONEnd {
+	if r == nil {
+		return nil
+	}
+	return &perfJSONEnd{Streams: r.Streams, Sum: r.Sum}
+}
+
+func perfClient(ctx context.Context, out io.Writer, opName, addr string, f *perfClientFlags) error {
+	o := perf.Options{
+		Op:       perfParseOp(opName, f.pingpong),
+		Size:     int(f.size),
+		Depth:    f.depth,
+		Parallel: f.parallel,
+		Duration: time.Duration(f.time),
+		Interval: time.Duration(f.interval),
+		CRC:      f.crc,
+	}
+	if o.Duration == 0 {
+		return errors.New("perf: --time must be more than 0")
+	}
+	if o.Interval == 0 {
+		o.Interval = -1
+	}
+	if o.Op == perf.OpPingPong {
+		o.Depth = 1
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("perf: %q is not HOST:PORT: %v", addr, err)
+	}
+	tcp, tcpAddr := f.tcp || f.tcpAddr != "", f.tcpAddr
+	if tcp && tcpAddr == "" {
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p >= 65535 {
+			return fmt.Errorf("perf: no default --tcp-addr for port %q: give one", port)
+		}
+		tcpAddr = net.JoinHostPort(host, strconv.Itoa(p+1))
+	}
+	if tcpAddr == "self" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("perf: in-process TCP sink: %w", err)
+		}
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); perf.ServeTCP(sctx, ln, nil) }()
+		defer func() { cancel(); <-done }()
+		tcpAddr = ln.Addr().String()
+	}
+	p := &perfPrinter{w: out, op: o.Op, json: f.json}
+	doc := perfJSON{Start: perfJSONStart{Version: perf.Prefix, Op: o.Op.String(), Target: addr, Size: o.Size, Depth: o.Depth,
+		Parallel: max(o.Parallel, 1), Duration: o.Duration.Seconds(), Interval: max(o.Interval, 0).Seconds(), CRC: o.CRC,
+		TCPAddr: tcpAddr, Timestamp: time.Now().UTC().Format(time.RFC3339)}}
+	if doc.Start.Size == 0 {
+		doc.Start.Size = perf.DefaultSize
+		if o.Op == perf.OpPingPong {
+			doc.Start.Size = perf.DefaultPingPongSize
+		}
+	}
+
+	o.ConnectTimeout = f.connectTimeout
+	o.OnConnect = p.connected
+	o.OnInterval = p.interval
+	p.header(fmt.Sprintf("Connecting to %s: gosiw %s, %d-byte messages, depth %d, %s, %v, CRC %s",
+		addr, perfOpTitle(o.Op), doc.Start.Size, o.Depth, perfStreams(doc.Start.Parallel), o.Duration, perfOnOff(o.CRC)))
+	p.transport = "gosiw"
+	res, err := perf.Run(ctx, addr, &o)
+	if err != nil {
+		err = perfExplain(addr, err)
+	}
+	if res != nil {
+		doc.Intervals, doc.End = res.Intervals, perfEnd(res)
+		p.summary(res)
+	}
+	if err != nil {
+		return p.fail(&doc, err)
+	}
+	if tcpAddr == "" || ctx.Err() != nil {
+		return p.done(&doc)
+	}
+
+	p.header(fmt.Sprintf("\nRaw TCP baseline to %s: the same size, streams and duration (TCP keeps its own window in flight)", tcpAddr))
+	p.head, p.transport = false, "tcp"
+	tres, terr := perf.RunTCP(ctx, tcpAddr, &o)
+	doc.TCP = &perfJSONRun{}
+	if terr != nil {
+		terr = perfExplainTCP(tcpAddr, terr)
+		doc.TCP.Error = terr.Error()
+	}
+	if tres != nil {
+		doc.TCP.Intervals, doc.TCP.End = tres.Intervals, perfEnd(tres)
+		p.summary(tres)
+		if terr == nil {
+			if doc.Ratio = p.ratio(res, tres); doc.Ratio != nil {
+				doc.RatioOf = "bits_per_second"
+				if o.Op == perf.OpPingPong {
+					doc.RatioOf = "mean_us"
+				}
+			}
+		}
+	}
+	if terr != nil {
+		return p.fail(&doc, terr)
+	}
+	return p.done(&doc)
+}
+
+func perfOpTitle(op perf.Op) string {
+	switch op {
+	case perf.OpWrite:
+		return "RDMA Write"
+	case perf.OpRead:
+		return "RDMA Read"
+	case perf.OpSend:
+		return "Send"
+	}
+	return "Send ping-pong"
+}
+
+func perfStreams(n int) string {
+	if n == 1 {
+		return "1 stream"
+	}
+	return strconv.Itoa(n) + " streams"
+}
+
+func perfOnOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// perfPrinter prints a client run as iperf3 does, or collects it for
+// --json.
+type perfPrinter struct {
+	w         io.Writer
+	op        perf.Op
+	json      bool
+	transport string // of the run being printed
+	head      bool   // the interval column header has been printed
+	sep       bool   // the last line printed is a separator
+}
+
+func (p *perfPrinter) header(s string) {
+	if !p.json {
+		fmt.Fprintln(p.w, s)
+	}
+}
+
+func (p *perfPrinter) connected(si perf.StreamInfo) {
+	if p.json {
+		return
+	}
+	lh, lp, _ := net.SplitHostPort(si.Local)
+	rh, rp, _ := net.SplitHostPort(si.Remote)
+	extra := ""
+	if p.transport == "gosiw" {
+		extra = fmt.Sprintf(" (gosiw, depth %d, CRC %s)", si.Depth, perfOnOff(si.CRC))
+	}
+	fmt.Fprintf(p.w, "[%3d] local %s port %s connected to %s port %s%s\n", si.ID, lh, lp, rh, rp, extra)
+}
+
+const perfColumns = "[ ID] Interval           Transfer     Bitrate          Ops"
+
+func (p *perfPrinter) interval(iv *perf.Interval) {
+	if p.json {
+		return
+	}
+	if !p.head {
+		fmt.Fprintln(p.w, perfColumns)
+		p.head = true
+	}
+	for _, s := range iv.Streams {
+		fmt.Fprintln(p.w, perfLine(fmt.Sprintf("%3d", s.ID), &s.Summary, ""))
+	}
+	if len(iv.Streams) > 1 {
+		fmt.Fprintln(p.w, perfLine("SUM", &iv.Sum, ""))
+		fmt.Fprintln(p.w, perfSeparator)
+		p.sep = true
+	}
+}
+
+const perfSeparator = "- - - - - - - - - - - - - - - - - - - - - - - - -"
+
+// perfLine formats one report line: "[  1]   0.00-1.00   sec  1.10 GBytes
+// 9.45 Gbits/sec  18012 ops".
+func perfLine(id string, s *perf.Summary, tag string) string {
+	return perfLineOps(id, s, strconv.FormatUint(s.Ops, 10), tag)
+}
+
+// perfLineOps is perfLine with the ops column given ("-": not counted).
+func perfLineOps(id string, s *perf.Summary, ops, tag string) string {
+	line := fmt.Sprintf("[%s] %6.2f-%-6.2f sec  %s  %s/sec  %s ops", id, s.Start, s.End,
+		perfUnits(float64(s.Bytes), 1024, "Bytes"), perfUnits(s.BitsPerSecond, 1000, "bits"), ops)
+	if s.Latency != nil && s.Latency.Samples > 0 {
+		line += fmt.Sprintf("  rtt %.1f us", s.Latency.MeanUS)
+	}
+	if tag != "" {
+		line += "  " + tag
+	}
+	return line
+}
+
+// perfUnits formats v as iperf3's adaptive units do: three significant
+// digits, K/M/G/T in powers of base.
+func perfUnits(v, base float64, unit string) string {
+	prefixes := []string{"", "K", "M", "G", "T"}
+	i := 0
+	for v >= base && i < len(prefixes)-1 {
+		v /= base
+		i++
+	}
+	switch {
+	case v < 9.995:
+		return fmt.Sprintf("%4.2f %s%s", v, prefixes[i], unit)
+	case v < 99.95:
+		return fmt.Sprintf("%4.1f %s%s", v, prefixes[i], unit)
+	}
+	return fmt.Sprintf("%4.0f %s%s", v, prefixes[i], unit)
+}
+
+func (p *perfPrinter) summary(r *perf.Result) {
+	if p.json {
+		return
+	}
+	if !p.sep {
+		fmt.Fprintln(p.w, perfSeparator)
+	}
+	p.sep = false
+	fmt.Fprintln(p.w, perfColumns)
+	// The client's counts are the sender's, except for read, where the
+	// client receives. The responder's, when it reports them, are the
+	// receiver's (write, send, pingpong; the TCP sink's bytes).
+	own := "sender"
+	if p.op == perf.OpRead {
+		own = "receiver"
+	}
+	var peerBytes, peerOps uint64
+	havePeer, peerOpsKnown := false, true
+	peerLine := func(id string, s perf.Summary, bytes uint64, ops *uint64) {
+		s.Latency = nil
+		s.Bytes, s.BitsPerSecond = bytes, 0
+		if s.Seconds > 0 {
+			s.BitsPerSecond = float64(bytes) * 8 / s.Seconds
+		}
+		n := "-"
+		if ops != nil {
+			n = strconv.FormatUint(*ops, 10)
+		}
+		fmt.Fprintln(p.w, perfLineOps(id, &s, n, "receiver"))
+	}
+	for _, s := range r.Streams {
+		id := fmt.Sprintf("%3d", s.ID)
+		fmt.Fprintln(p.w, perfLine(id, &s.Summary, own))
+		if s.Peer != nil && s.Peer.Bytes != nil {
+			peerLine(id, s.Summary, *s.Peer.Bytes, s.Peer.Ops)
+			peerBytes += *s.Peer.Bytes
+			if s.Peer.Ops != nil {
+				peerOps += *s.Peer.Ops
+			} else {
+				peerOpsKnown = false
+			}
+			havePeer = true
+		}
+		if s.Error != "" {
+			fmt.Fprintf(p.w, "[%s] error: %s\n", id, s.Error)
+		}
+	}
+	if len(r.Streams) > 1 {
+		fmt.Fprintln(p.w, perfLine("SUM", &r.Sum, own))
+		if havePeer {
+			var ops *uint64
+			if peerOpsKnown {
+				ops = &peerOps
+			}
+			peerLine("SUM", r.Sum, peerBytes, ops)
+		}
+	}
+	if p.op == perf.OpPingPong {
+		for _, s := range r.Streams {
+			if s.Latency != nil {
+				fmt.Fprintln(p.w, perfLatencyLine(fmt.Sprintf("%3d", s.ID), s.Latency))
+			}
+		}
+		if len(r.Streams) > 1 && r.Sum.Latency != nil {
+			fmt.Fprintln(p.w, perfLatencyLine("SUM", r.Sum.Latency))
+		}
+	}
+}
+
+func perfLatencyLine(id string, l *perf.Latency) string {
+	return fmt.Sprintf("[%s] round trip: mean %.2f us  p50 %.2f us  p99 %.2f us  min %.2f us  max %.2f us  (%d samples)",
+		id, l.MeanUS, l.P50US, l.P99US, l.MinUS, l.MaxUS, l.Samples)
+}
+
+// ratio prints and returns gosiw's figure over TCP's.
+func (p *perfPrinter) ratio(g, t *perf.Result) *float64 {
+	var r float64
+	if p.op == perf.OpPingPong {
+		if g.Sum.Latency == nil || t.Sum.Latency == nil || t.Sum.Latency.MeanUS == 0 {
+			return nil
+		}
+		r = g.Sum.Latency.MeanUS / t.Sum.Latency.MeanUS
+		p.header(fmt.Sprintf("\ngosiw/TCP round trip: %.2f (mean %.2f us vs %.2f us)", r, g.Sum.Latency.MeanUS, t.Sum.Latency.MeanUS))
+		return &r
+	}
+	if t.Sum.BitsPerSecond == 0 {
+		return nil
+	}
+	r = g.Sum.BitsPerSecond / t.Sum.BitsPerSecond
+	p.header(fmt.Sprintf("\ngosiw/TCP throughput: %.2f (%s/sec vs %s/sec)", r,
+		perfUnits(g.Sum.BitsPerSecond, 1000, "bits"), perfUnits(t.Sum.BitsPerSecond, 1000, "bits")))
+	return &r
+}
+
+func (p *perfPrinter) done(doc *perfJSON) error {
+	if p.json {
+		return p.writeJSON(doc)
+	}
+	fmt.Fprintln(p.w, "\nperf Done.")
+	return nil
+}
+
+// fail prints the JSON object with the error (text mode prints what it has
+// already) and returns err, for a non-zero exit.
+func (p *perfPrinter) fail(doc *perfJSON, err error) error {
+	if p.json {
+		if doc.Error == "" && (doc.TCP == nil || doc.TCP.Error == "") {
+			doc.Error = err.Error()
+		}
+		if jerr := p.writeJSON(doc); jerr != nil {
+			return jerr
+		}
+	}
+	return err
+}
+
+func (p *perfPrinter) writeJSON(doc *perfJSON) error {
+	if doc.Intervals == nil {
+		doc.Intervals = []perf.Interval{}
+	}
+	enc := json.NewEncoder(p.w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// perfExplain turns a client error into one a person can act on.
+func perfExplain(addr string, err error) error {
+	var rej *cm.RejectError
+	var ce *cm.ConnectError
+	var te *rdmap.TerminateError
+	switch {
+	case errors.As(err, &rej):
+		return fmt.Errorf("perf: rejected by %s (%s): %s", addr,
+			cm.RejectMsg(-int(cm.StatusRejected.Errno())), perfText(rej.PrivateData))
+	case errors.As(err, &te):
+		who := "this side detected an error and sent"
+		if te.Remote {
+			who = "the responder sent"
+		}
+		return fmt.Errorf("perf: connection terminated: %s a Terminate: layer %s, type %s, code %s (%#02x)\n  (%v)",
+			who, te.Layer, rdmap.ETypeName(te.Layer, te.EType), rdmap.CodeName(te.Layer, te.EType, te.Code), te.Code, err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("perf: unreachable: %s refused the TCP connection (is siwd or \"siw perf -s\" listening there?)", addr)
+	case errors.As(err, &ce):
+		msg := cm.RejectMsg(-int(ce.Status.Errno()))
+		switch ce.Status {
+		case cm.StatusTimeout:
+			return fmt.Errorf("perf: unreachable: no MPA Reply from %s in time (%s): is it an iWARP responder, and the address right?", addr, msg)
+		case cm.StatusUnreachable:
+			return fmt.Errorf("perf: unreachable: cannot connect to %s: %v", addr, ce.Err)
+		case cm.StatusReset:
+			return fmt.Errorf("perf: %s closed the connection during the MPA handshake (%s): is it an iWARP responder?", addr, msg)
+		}
+		return fmt.Errorf("perf: connecting to %s failed (%v, %s): %v", addr, ce.Status, msg, ce.Err)
+	}
+	return err
+}
+
+func perfExplainTCP(addr string, err error) error {
+	var tr *perf.TCPRejectError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("perf: TCP baseline: %s refused the connection: run \"siw perf -s\" there (its TCP sink is on the port after the gosiw one), or use --tcp-addr self for a responder on this host", addr)
+	case errors.As(err, &tr):
+		return fmt.Errorf("perf: TCP baseline: %s refused the test: %s", addr, tr.Reason)
+	}
+	return fmt.Errorf("perf: TCP baseline: %w", err)
+}
+
+// perfText renders private data as quoted text, or hex when it is not text.
+func perfText(b []byte) string {
+	if len(b) == 0 {
+		return "no private data"
+	}
+	if utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%d bytes of private data: %x", len(b), b)
+}
+
+// perfServer runs the responder and its TCP sink until ctx is done.
+func perfServer(ctx context.Context, out io.Writer, f *perfServerFlags) error {
+	tcpListen := f.tcpListen
+	if tcpListen == "" {
+		host, port, err := net.SplitHostPort(f.listen)
+		if err != nil {
+			return fmt.Errorf("perf: --listen %q is not HOST:PORT: %v", f.listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p >= 65535 {
+			return fmt.Errorf("perf: no default --tcp-listen for port %q: give one, or off", port)
+		}
+		if p != 0 {
+			p++
+		}
+		tcpListen = net.JoinHostPort(host, strconv.Itoa(p))
+	}
+	dev, err := rdmap.NewDevice(nil)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	var mu sync.Mutex
+	printf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(out, format, args...)
+	}
+	cfg := &perf.ServerConfig{CM: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}, OnConn: func(ci perf.ConnInfo) {
+		id := fmt.Sprintf("%3d", ci.ID)
+		if ci.Transport == "tcp" {
+			id = fmt.Sprintf("tcp %d", ci.ID)
+		}
+		switch ci.Event {
+		case "accepted":
+			extra := ""
+			if ci.Transport == "gosiw" {
+				extra = fmt.Sprintf(", depth %d, CRC %s", ci.Params.Depth, perfOnOff(ci.CRC))
+			}
+			printf("[%s] accepted %v: %s, %d-byte messages%s\n", id, ci.Remote, ci.Params.Op, ci.Params.Size, extra)
+		case "refused":
+			printf("[%s] refused %v: %s\n", id, ci.Remote, ci.Reason)
+		case "ended":
+			s := perf.Summary{End: ci.Seconds, Seconds: ci.Seconds, Bytes: ci.Bytes, Ops: ci.Ops}
+			if ci.Seconds > 0 {
+				s.BitsPerSecond = float64(ci.Bytes) * 8 / ci.Seconds
+			}
+			line := perfLine(id, &s, "")
+			if ci.Err != nil {
+				line += "  error: " + ci.Err.Error()
+			}
+			printf("%s\n", line)
+		}
+	}}
+	if f.crc {
+		cfg.CM.MPA.CRC = mpa.CRCOn
+	}
+	srv, err := perf.Listen(ctx, f.listen, dev, cfg)
+	if err != nil {
+		return fmt.Errorf("perf: listen: %w", err)
+	}
+	var tln net.Listener
+	if tcpListen != "off" {
+		if tln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", tcpListen); err != nil {
+			srv.Close()
+			return fmt.Errorf("perf: TCP sink: %w", err)
+		}
+	}
+	if tln != nil {
+		printf("Server listening on %v (gosiw), TCP baseline sink on %v\n", srv.Addr(), tln.Addr())
+	} else {
+		printf("Server listening on %v (gosiw)\n", srv.Addr())
+	}
+	var wg sync.WaitGroup
+	if tln != nil {
+		wg.Go(func() { perf.ServeTCP(ctx, tln, cfg) })
+	}
+	err = srv.Serve(ctx)
+	wg.Wait()
+	return err
+}
