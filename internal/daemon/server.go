@@ -54,6 +54,11 @@ type Server struct {
 
 	regions map[string]*region
 
+	// stopping ends when shutdown starts: services that disconnect on
+	// their own when their context ends (perf) get it.
+	stopping context.Context
+	stop     context.CancelFunc
+
 	mu    sync.Mutex
 	ln    *cm.Listener
 	conns map[*cm.Conn]struct{}
@@ -80,6 +85,7 @@ func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, lg: lg, dev: dev, m: m, acl: NewACL(cfg.Allow, cfg.MaxConns, cfg.MaxConnsPerClient),
 		regions: map[string]*region{}, conns: map[*cm.Conn]struct{}{}}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	for _, r := range cfg.Regions {
 		reg, err := s.mapRegion(r)
 		if err != nil {
@@ -185,6 +191,7 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) shutdown() error {
 	s.lg.Info("shutting down: no new connections")
 	s.ln.Close()
+	s.stop()
 	s.mu.Lock()
 	conns := make([]*cm.Conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -203,6 +210,9 @@ func (s *Server) shutdown() error {
 		for _, c := range conns {
 			c.ID().Disconnect(true)
 		}
+		// Closing the device destroys every QP (perf's too), flushing
+		// their work requests, so every service ends.
+		s.dev.Close()
 		<-done
 	}
 	s.dev.Close()
@@ -232,7 +242,11 @@ func (s *Server) handle(ctx context.Context, req *cm.Request) {
 	case bytes.HasPrefix(pd, []byte(RegionPrefix)):
 		serve = func() error { return s.serveRegion(ctx, req, string(pd[len(RegionPrefix):])) }
 	case bytes.HasPrefix(pd, []byte(PerfPrefix)) && s.Perf != nil:
-		serve = func() error { return s.Perf(ctx, req, s.dev.AllocPD(), s.m) }
+		serve = func() error {
+			s.m.Connections.Inc()
+			defer s.m.Connections.Dec()
+			return s.Perf(s.stopping, req, s.dev.AllocPD(), s.m)
+		}
 	default:
 		release()
 		s.refuse(req, "unknown_service", "gosiw siwd: unknown service in private data")

@@ -252,3 +252,74 @@ func TestBadFlags(t *testing.T) {
 		t.Fatalf("siwd with a bad region: %v\n%s", err, b)
 	}
 }
+
+// TestSigtermDuringTransfer stops siwd while siw perf writes to it: siwd
+// exits 0 quickly, and the client reports that the connection ended
+// instead of hanging.
+func TestSigtermDuringTransfer(t *testing.T) {
+	d := startSiwd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := exec.CommandContext(ctx, filepath.Join(binDir, "siw"), "perf", "write", "-t", "30s", "-i", "0.2", d.addr)
+	stdout, _ := cl.StdoutPipe()
+	var stderr strings.Builder
+	cl.Stderr = &stderr
+	if err := cl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "sec") && strings.Contains(sc.Text(), "Bytes") {
+			break // the transfer is under way
+		}
+	}
+	start := time.Now()
+	d.stop(t)
+	stopped := time.Since(start)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+	}
+	err := cl.Wait()
+	if time.Since(start) > 20*time.Second {
+		t.Fatalf("client took %v to notice", time.Since(start))
+	}
+	all := out.String() + stderr.String()
+	if err == nil || !strings.Contains(all, "closed by the responder") {
+		t.Fatalf("client after SIGTERM: %v\n%s", err, all)
+	}
+	t.Logf("siwd stopped %v after SIGTERM; client said: %s", stopped, strings.TrimSpace(stderr.String()))
+}
+
+// TestPerfAgainstSiwd runs each perf op against siwd and checks that siwd's
+// metrics saw the traffic the client reports.
+func TestPerfAgainstSiwd(t *testing.T) {
+	d := startSiwd(t)
+	for _, op := range [][]string{{"write"}, {"read"}, {"send"}, {"send", "--pingpong"}} {
+		args := append([]string{"perf"}, op...)
+		args = append(args, "-t", "300ms", "--json", d.addr)
+		out, code := siw(t, args...)
+		if code != 0 {
+			t.Fatalf("siw %v: exit %d\n%s", args, code, out)
+		}
+		if !strings.Contains(out, `"bits_per_second"`) {
+			t.Fatalf("siw %v: no JSON summary:\n%s", args, out)
+		}
+	}
+	body := scrape(t, d.metrics)
+	if v := metricValue(body, `siwd_operations_total{dir="rx",opcode="rdma_write"}`); v == "" || v == "0" {
+		t.Errorf("siwd counted no RDMA Writes:\n%s", grepLines(body, "siwd_"))
+	}
+	d.stop(t)
+}
+
+func grepLines(s, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
