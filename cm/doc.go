@@ -5,18 +5,18 @@
 //
 // # Layering
 //
-//	   ULP (handler, or the net-style Listen/Accept/Dial)
-//	    |  NewID, Listen, Connect, Accept, Reject, Disconnect, Destroy
-//	    v                                           ^ events, one goroutine per ID
-//	   cm: IDs, state machine, event queues, TCP listen/dial
-//	    |  mpa.ReadRequest / Responder.Accept / Reject, mpa.Initiator.Handshake
-//	    v
-//	   mpa: the two halves of the handshake (straight-line code)
-//	    |  QP.Start(conn, *mpa.Params) once the handshake is done
-//	    v
-//	   QP (rdmap.QP): owns the TCP connection from then on; sends the RTR
-//	   (initiator, P2P) or nothing before the initiator's first FPDU
-//	   (responder); Done/Err tell the cm when the connection has ended.
+//	ULP (handler, or the net-style Listen/Accept/Dial)
+//	 |  NewID, Listen, Connect, Accept, Reject, Disconnect, Destroy
+//	 v                                           ^ events, one goroutine per ID
+//	cm: IDs, state machine, event queues, TCP listen/dial
+//	 |  mpa.ReadRequest / Responder.Accept / Reject, mpa.Initiator.Handshake
+//	 v
+//	mpa: the two halves of the handshake (straight-line code)
+//	 |  QP.Start(conn, *mpa.Params) once the handshake is done
+//	 v
+//	QP (rdmap.QP): owns the TCP connection from then on; sends the RTR
+//	(initiator, P2P) or nothing before the initiator's first FPDU
+//	(responder); Done/Err tell the cm when the connection has ended.
 //
 // The cm owns TCP until the handshake is done, then hands the connection
 // and what was negotiated (mpa.Params) to the QP. The initiator's RTR in
@@ -30,29 +30,29 @@
 // An ID moves through iw_cm's states (iwcm.c enum iw_cm_state); every
 // change goes through one function that checks the transition:
 //
-//	              NewID
-//	                |
-//	                v          Listen
-//	   +--------- IDLE -------------------> LISTEN
-//	   |          |  ^ ConnectReply failed     |  a valid MPA Request makes
-//	   |  Connect |  | (rejected, reset,       |  a child ID in CONN_RECV
-//	   |          v  |  timeout, refused ...)  v  and a ConnectRequest event
-//	   |       CONN_SENT                   CONN_RECV ---------------+
-//	   |          |                            |                    | Reject,
-//	   |          | ConnectReply OK            | Accept (Reply      | failed Accept
-//	   |          | + Established              | sent, QP started)  | (no events)
-//	   |          v                            v  + Established     v
-//	   |       ESTABLISHED <-------------------+                   IDLE
-//	   |          |
-//	   |          | Disconnect(abrupt) or the QP ends (peer FIN/RST,
-//	   |          | Terminate, error): Disconnect event
-//	   |          v
-//	   |       CLOSING
-//	   |          | the QP is done: Close event (the last one)
-//	   |          v
-//	   |        IDLE
-//	   |
-//	   +-- Destroy from any state --> DESTROYING (no more events)
+//	           NewID
+//	             |
+//	             v          Listen
+//	+--------- IDLE -------------------> LISTEN
+//	|          |  ^ ConnectReply failed     |  a valid MPA Request makes
+//	|  Connect |  | (rejected, reset,       |  a child ID in CONN_RECV
+//	|          v  |  timeout, refused ...)  v  and a ConnectRequest event
+//	|       CONN_SENT                   CONN_RECV ---------------+
+//	|          |                            |                    | Reject,
+//	|          | ConnectReply OK            | Accept (Reply      | failed Accept
+//	|          | + Established              | sent, QP started)  | (no events)
+//	|          v                            v  + Established     v
+//	|       ESTABLISHED <-------------------+                   IDLE
+//	|          |
+//	|          | Disconnect(abrupt) or the QP ends (peer FIN/RST,
+//	|          | Terminate, error): Disconnect event
+//	|          v
+//	|       CLOSING
+//	|          | the QP is done: Close event (the last one)
+//	|          v
+//	|        IDLE
+//	|
+//	+-- Destroy from any state --> DESTROYING (no more events)
 //
 // IDs are single-use: an ID that has left IDLE cannot Listen or Connect
 // again, so Close really is the last event it sees.

@@ -34,6 +34,7 @@ const (
 	EventClose
 )
 
+// String returns iw_cm's name for the event type ("CONNECT_REQUEST").
 func (t EventType) String() string {
 	switch t {
 	case EventConnectRequest:
@@ -79,6 +80,7 @@ const (
 	StatusLocalError
 )
 
+// String names the status ("rejected").
 func (s Status) String() string {
 	switch s {
 	case StatusOK:
@@ -143,6 +145,7 @@ func RejectMsg(reason int) string {
 // may keep it and everything it points to (PrivateData and Peer are
 // copies made for this event).
 type Event struct {
+	// Type says which event this is.
 	Type EventType
 	// Status is ConnectReply's outcome (StatusOK for the other types).
 	Status Status
@@ -192,16 +195,20 @@ type RejectError struct {
 	Reply mpa.Frame
 }
 
+// Error describes the reject.
 func (e *RejectError) Error() string {
 	return fmt.Sprintf("cm: connection rejected by peer (%d bytes of private data)", len(e.PrivateData))
 }
 
 // ConnectError is a failed connect other than a reject (Dial's error).
 type ConnectError struct {
+	// Status classifies the failure (never StatusOK or StatusRejected).
 	Status Status
-	Err    error
+	// Err is the cause.
+	Err error
 }
 
+// Error describes the failure.
 func (e *ConnectError) Error() string { return fmt.Sprintf("cm: connect: %v: %v", e.Status, e.Err) }
 
 // Unwrap returns the cause.

@@ -61,7 +61,7 @@ type ID struct {
 	drop     bool     // no more events (destroyed, rejected, failed accept); +checklocks:mu
 	cbG      uint64   // goroutine running a handler with this ID, or 0; +checklocks:mu
 
-	laddr, raddr net.Addr   // +checklocks:mu
+	laddr, raddr net.Addr    // +checklocks:mu
 	params       *mpa.Params // +checklocks:mu
 
 	// StateListen.
@@ -508,6 +508,7 @@ const (
 	QPStateRTS
 )
 
+// String names the QP state ("RTR").
 func (s QPState) String() string {
 	switch s {
 	case QPStateInit:
@@ -531,7 +532,9 @@ const (
 
 // QPAttr is what InitQPAttr says to apply to a QP before use.
 type QPAttr struct {
-	Mask  QPAttrMask
+	// Mask says which of the fields below apply.
+	Mask QPAttrMask
+	// State is the QP state to move to (QPAttrState).
 	State QPState
 	// RemoteWrite and RemoteRead are the access flags.
 	RemoteWrite, RemoteRead bool

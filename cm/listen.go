@@ -214,11 +214,11 @@ func (id *ID) Accept(p ConnParam) error {
 	defer id.mu.Unlock()
 	defer close(done)
 	id.answering = false
+	id.leavePendingLocked()
 	if id.state != StateConnRecv {
 		_ = conn.Close()
 		return &StateError{Op: "accept", State: id.state, Reason: "destroyed during accept"}
 	}
-	id.leavePendingLocked()
 	if err == nil {
 		if err = p.QP.Start(conn, params); err != nil {
 			err = fmt.Errorf("QP start: %w", err)

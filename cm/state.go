@@ -31,6 +31,7 @@ var stateNames = [...]string{
 	StateDestroying:  "DESTROYING",
 }
 
+// String returns iw_cm's name for the state ("CONN_RECV").
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
@@ -68,12 +69,15 @@ var ErrInvalidState = errors.New("cm: operation not allowed in this state")
 // StateError reports an operation called in a state that does not allow
 // it (iw_cm returns -EINVAL).
 type StateError struct {
-	Op    string
+	// Op is the refused operation ("accept").
+	Op string
+	// State is the ID's state at the time.
 	State State
 	// Reason adds detail ("an answer is in progress", "ID already used").
 	Reason string
 }
 
+// Error describes the refusal.
 func (e *StateError) Error() string {
 	if e.Reason != "" {
 		return fmt.Sprintf("cm: %s in state %v: %s", e.Op, e.State, e.Reason)

@@ -78,6 +78,7 @@ const (
 	AnswerTerminate
 )
 
+// String names the answer ("reject").
 func (a Answer) String() string {
 	switch a {
 	case AnswerClose:
@@ -101,13 +102,16 @@ type HandshakeError struct {
 	// Answer is what was sent to the peer; Code is the Terminate's MPA
 	// error code when Answer is AnswerTerminate.
 	Answer Answer
-	Code   TermCode
+	// Code is the Terminate's MPA error code (AnswerTerminate only).
+	Code TermCode
 	// Frame is the peer's frame when it was read whole (its PrivateData is
 	// a copy owned by the error), else nil.
 	Frame *Frame
-	Err   error
+	// Err is the cause.
+	Err error
 }
 
+// Error describes the failure and the answer sent.
 func (e *HandshakeError) Error() string {
 	side := "responder"
 	if e.Initiator {
@@ -141,9 +145,11 @@ func (e *HandshakeError) Refused() bool {
 // rejecting ULP's private data (without the RFC 6581 block), a copy owned
 // by the error.
 type RejectedError struct {
+	// Reply is the rejecting Reply.
 	Reply Frame
 }
 
+// Error describes the reject.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("mpa: rejected by peer (%d bytes of private data)", len(e.Reply.PrivateData))
 }
@@ -257,6 +263,7 @@ type Initiator struct {
 
 // Result is what a successful initiator handshake settled.
 type Result struct {
+	// Params is what the handshake settled, for the QP.
 	Params Params
 	// Request is the frame sent (PrivateData aliases Initiator.PrivateData).
 	Request Frame

@@ -52,6 +52,7 @@ const (
 	CRCStrict
 )
 
+// String names the policy ("required").
 func (c CRCPolicy) String() string {
 	switch c {
 	case CRCOff:
@@ -86,6 +87,7 @@ const (
 	MarkersRequest
 )
 
+// String names the policy ("refuse").
 func (m MarkerPolicy) String() string {
 	switch m {
 	case MarkersRefuse:
@@ -144,6 +146,7 @@ func (s RTRSet) Choose() RTR {
 	return RTRNone
 }
 
+// String lists the set's RTR types ("write|read"; "none" when empty).
 func (s RTRSet) String() string {
 	if s == 0 {
 		return "none"

@@ -436,25 +436,6 @@ func TestSiwRepliesTaken(t *testing.T) {
 	}
 }
 
-// rawResponder sends req to ReadRequest (with policy p) and returns the
-// error and what came back before the connection was closed.
-func rawResponder(t *testing.T, p *Policy, req []byte, timeout time.Duration) (error, []byte) {
-	t.Helper()
-	a, b := pipePair(t, true)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	go func() { _, _ = a.Write(req) }()
-	r, err := ReadRequest(ctx, b, p)
-	if err == nil {
-		_ = r.Reject(ctx, nil)
-		err = errors.New("accepted")
-	}
-	b.Close()
-	_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
-	back, _ := io.ReadAll(a)
-	return err, back
-}
-
 func reqBytes(f Frame) []byte {
 	b, err := AppendFrame(nil, &f)
 	if err != nil {

@@ -188,4 +188,3 @@ func serveOne(ctx context.Context, dev *rdmap.Device, req *cm.Request, f *pingFl
 	}
 	return n, err
 }
-

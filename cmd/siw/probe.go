@@ -29,6 +29,8 @@ type probeOptions struct {
 	timeout     time.Duration // per exchange
 	gap         time.Duration // pause between connections
 	waitRequest time.Duration // how long to watch a silent connection; 0 skips
+	// firstSendDelay holds the RTR after a P2P Reply.
+	firstSendDelay time.Duration
 }
 
 func newProbeCmd() *cobra.Command {
@@ -64,6 +66,8 @@ the Request, so the peer's upper layer never sees a data message.`,
 	f.BoolVar(&o.json, "json", false, "print one JSON object")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for each Reply")
 	f.DurationVar(&o.gap, "gap", 0, "pause between connections (for servers that restart after each)")
+	f.DurationVar(&o.firstSendDelay, "first-send-delay", 20*time.Millisecond,
+		"pause between a P2P Reply and the RTR (Linux siw 6.1 loses an FPDU that follows its Reply within ~1 ms)")
 	f.DurationVar(&o.waitRequest, "request-timeout-wait", 12*time.Second,
 		"how long to watch a silent connection for the peer's Request timeout (0 skips the check)")
 	return cmd
@@ -154,6 +158,10 @@ func (p *prober) ask(ctx context.Context, req []byte) (outcome, error) {
 		var sent mpa.Frame
 		_, _ = mpa.ParseFrame(req, &sent)
 		if rtr := (r.RTRs() & sent.RTRs()).Choose(); rtr != mpa.RTRNone {
+			// Linux siw 6.1 loses an FPDU that arrives within about a
+			// millisecond of its Reply; a lost RTR leaves the connection
+			// half set up, and closing it then trips the BUG() above.
+			time.Sleep(p.o.firstSendDelay)
 			fr := mpa.Framer{CRC: r.CRC || sent.CRC, Markers: r.Markers}
 			if _, werr := c.Write(appendRTR(nil, &fr, rtr)); werr == nil {
 				// Close gracefully: FIN, then wait for the peer's.

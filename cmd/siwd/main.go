@@ -78,7 +78,9 @@ func spec(cmd *cobra.Command, f *flags) (*daemon.ConfigSpec, error) {
 		}
 	}
 	fl := cmd.Flags()
-	set := func(name string) bool { return fl.Changed(name) || (f.config == "" && name != "allow" && name != "region") }
+	set := func(name string) bool {
+		return fl.Changed(name) || (f.config == "" && name != "allow" && name != "region")
+	}
 	if set("listen") {
 		s.Listen = f.listen
 	}

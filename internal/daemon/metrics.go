@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -51,7 +52,7 @@ func NewMetrics() *Metrics {
 		}, []string{"op"}),
 	}
 	r.MustRegister(m.Connections, m.Handshakes, m.Bytes, m.Ops, m.Terminates, m.QPs, m.CQs, m.OpLatency,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -24,9 +24,15 @@ import (
 var ErrAborted = errors.New("testutil: QP aborted locally")
 
 // TerminateError is a FakeQP's Err after it received a Terminate.
-type TerminateError struct{ Terminate rdmap.Terminate }
+type TerminateError struct {
+	// Terminate is the message as decoded.
+	Terminate rdmap.Terminate
+}
 
-func (e *TerminateError) Error() string { return "testutil: terminate received: " + e.Terminate.String() }
+// Error describes the Terminate.
+func (e *TerminateError) Error() string {
+	return "testutil: terminate received: " + e.Terminate.String()
+}
 
 // FakeQP implements cm.QP (Start, Disconnect, Done, Err) well enough for
 // connection-manager tests and interop checks: it deframes the peer's
@@ -57,9 +63,9 @@ type FakeQP struct {
 	first    chan struct{}
 	done     chan struct{}
 
-	wmu    sync.Mutex // serializes writes; +checklocks
-	framer mpa.Framer
-	msn    uint32
+	wmu    sync.Mutex // serializes writes
+	framer mpa.Framer // +checklocks:wmu
+	msn    uint32     // +checklocks:wmu
 }
 
 // NewFakeQP returns a FakeQP.

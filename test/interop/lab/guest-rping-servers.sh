@@ -6,7 +6,9 @@
 P=/mnt/host/pcaps; R=/mnt/host/results; mkdir -p $P $R
 OUT=$R/cm-rping-servers.txt
 rm -f /mnt/host/STOP /mnt/host/READY
-rdma link delete siw_lo   # one iWARP device, so the wildcard listen is unambiguous
+rdma link delete siw_lo
+# waitlisten: until a kernel TCP socket listens on port 7174 (0x1C06)
+waitlisten() { for _ in $(seq 1 100); do grep -q ':1C06 00000000:0000 0A' /proc/net/tcp && return; sleep 0.2; done; }   # one iWARP device, so the wildcard listen is unambiguous
 tcpdump -i eth0 -s 0 -U -Z root -w /tmp/cms.pcap "tcp port 7174" 2>/tmp/cms.err &
 tpid=$!
 sleep 1.5
@@ -15,13 +17,13 @@ for i in 1 2 3; do
   echo "## rping -s -a 0.0.0.0 -p 7174 -v -C 1   (server $i)" >> $OUT
   timeout 40 rping -s -a 0.0.0.0 -p 7174 -v -C 1 >> $OUT 2>&1 &
   rp=$!
-  sleep 1; echo "server$i" > /mnt/host/READY
+  waitlisten; echo "server$i" > /mnt/host/READY
   wait $rp; echo "## rc=$?" >> $OUT
 done
 echo "## rping -s -P -a 0.0.0.0 -p 7174   (persistent, for siw probe)" >> $OUT
 rping -s -P -a 0.0.0.0 -p 7174 >> $OUT 2>&1 &
 rp=$!
-sleep 1; echo "persistent" > /mnt/host/READY
+waitlisten; echo "persistent" > /mnt/host/READY
 t0=$(cut -d. -f1 /proc/uptime)
 while [ ! -f /mnt/host/STOP ] && [ $(( $(cut -d. -f1 /proc/uptime) - t0 )) -lt 240 ]; do sleep 1; done
 kill $rp 2>/dev/null; wait $rp
