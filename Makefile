@@ -33,8 +33,17 @@ FUZZTIME ?= 2m
 fuzz:
 	./scripts/fuzz-all.sh $(FUZZTIME)
 
+# gosiw beside raw TCP (loopback, and a veth between two network
+# namespaces when root), with the ratios; BENCHFLAGS adds flags, e.g.
+# BENCHFLAGS='-links lo -count 3' (see go run ./test/bench -h).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) run ./test/bench $(BENCHFLAGS)
+
+# Interop with real Linux siw: build (once, cached) a qemu guest with siw and
+# rdma-core, boot it, run the matrix, print a table. Needs root for apt.
+interop:
+	./test/interop/vm/ensure.sh
+	cd test/interop && $(GO) test -tags interop -count=1 -v -timeout 30m -run TestInterop .
 
 clean:
 	$(GO) clean -testcache

@@ -386,6 +386,11 @@ func TestSiwRepliesTaken(t *testing.T) {
 		{"v1", Policy{Rev: 1}, 1, 1, siwReplyV1, result{params: Params{Rev: 1, IRD: 1, ORD: 1}}},
 		{"v2-crc", Policy{CRC: CRCOn}, 1, 1, siwReplyV2CRC, result{params: Params{Rev: 2, Enhanced: true, CRC: true, IRD: 1, ORD: 1}}},
 		{"v2-crc-required", Policy{CRC: CRCRequired}, 1, 1, siwReplyV2CRC, result{params: Params{Rev: 2, Enhanced: true, CRC: true, IRD: 1, ORD: 1}}},
+		// RFC 5044: CRC is used when either side asks, even if the Reply
+		// does not echo C (CRCOn takes such a Reply; CRCRequired refuses it).
+		{"v2-crc-on-reply-without-C", Policy{CRC: CRCOn}, 1, 1, siwReplyV2, result{params: Params{Rev: 2, Enhanced: true, CRC: true, IRD: 1, ORD: 1}}},
+		// A Reply that sets C unasked turns CRC on.
+		{"v2-crc-unasked", Policy{}, 1, 1, siwReplyV2CRC, result{params: Params{Rev: 2, Enhanced: true, CRC: true, IRD: 1, ORD: 1}}},
 		{"v2-markers", Policy{Markers: MarkersRequest}, 1, 1, siwReplyMarkers2, result{rejected: true}},
 		{"v1-markers", Policy{Rev: 1, Markers: MarkersRequest}, 1, 1, siwReplyMarkers1, result{rejected: true}},
 		{"v2-p2p", Policy{P2P: true, RTRs: RTRSetAll}, 16, 16, siwReplyP2P, result{params: Params{Rev: 2, Enhanced: true, IRD: 16, ORD: 16, P2P: true, RTR: RTRWrite}}},

@@ -1,8 +1,8 @@
 #!/bin/bash
 # build.sh - (gosiw interop suite) build a qemu test guest that runs the Linux software iWARP driver (siw).
 #
-# Produces (all under ./out/):
-#   out/vmlinuz          Debian 12 kernel (the one linux-image-amd64 depends on)
+# Produces (under $INTEROP_CACHE, default ~/.cache/gosiw-interop):
+#   $OUT/vmlinuz          Debian 12 kernel (the one linux-image-amd64 depends on)
 #   out/initramfs.gz     busybox /init + kernel modules (incl. siw.ko) + rdma-core
 #                        userspace (rping, ucmatose, ibv_*, perftest, rdma, tcpdump)
 #

@@ -1,0 +1,447 @@
+//go:build interop
+
+// Package interop runs gosiw against real Linux siw: `make interop` builds
+// (once, cached) a Debian 12 guest with siw, rdma-core and perftest, boots
+// it under qemu, and runs the matrix below, printing a table. It never
+// counts a case that could not run as passed.
+package interop
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gosiw-interop-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for _, c := range []string{"siw", "siwd"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, c), "github.com/gosiw/gosiw/cmd/"+c).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", c, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type row struct {
+	name, result, detail string
+}
+
+type table struct{ rows []row }
+
+func (tb *table) add(t *testing.T, name string, err error, detail string) {
+	r := row{name: name, result: "PASS", detail: detail}
+	if err != nil {
+		r.result = "FAIL"
+		r.detail = err.Error()
+		t.Errorf("%s: %v", name, err)
+	}
+	tb.rows = append(tb.rows, r)
+}
+
+func (tb *table) print() {
+	w := 0
+	for _, r := range tb.rows {
+		w = max(w, len(r.name))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-*s  %-6s  %s\n", w, "case", "result", "detail")
+	for _, r := range tb.rows {
+		d := strings.ReplaceAll(strings.TrimSpace(r.detail), "\n", " | ")
+		if len(d) > 160 {
+			d = d[:160] + "..."
+		}
+		fmt.Fprintf(&b, "%-*s  %-6s  %s\n", w, r.name, r.result, d)
+	}
+	pass, fail := 0, 0
+	for _, r := range tb.rows {
+		if r.result == "PASS" {
+			pass++
+		} else {
+			fail++
+		}
+	}
+	fmt.Fprintf(&b, "interop: %d passed, %d failed\n", pass, fail)
+	fmt.Print(b.String())
+}
+
+// siwd runs the daemon on addr with extra flags until the test ends.
+func siwd(t *testing.T, addr string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), append([]string{"--listen", addr, "--metrics", ""}, args...)...)
+	out, _ := cmd.StdoutPipe()
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "siwd listening") {
+		cmd.Process.Kill()
+		t.Fatalf("siwd did not start: %s", errb.String())
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+}
+
+// siw runs the client tool, retrying while slirp accepts and drops the
+// connection because the guest server is not listening yet.
+func siw(args ...string) (string, error) {
+	var out []byte
+	var err error
+	for try := 0; try < 5; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		out, err = exec.CommandContext(ctx, filepath.Join(binDir, "siw"), args...).CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "closed during setup") {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return string(out), err
+}
+
+var sizes = []int{64, 1024, 4096, 65535}
+
+const pings = 5
+
+func TestInterop(t *testing.T) {
+	cache := os.Getenv("INTEROP_CACHE")
+	if cache == "" {
+		home, _ := os.UserCacheDir()
+		cache = filepath.Join(home, "gosiw-interop")
+	}
+	var tb table
+	defer tb.print()
+	g := bootGuest(t, cache)
+	defer func() {
+		if g != nil {
+			g.stop(t)
+		}
+	}()
+
+	// 1. Linux rping -c -> siwd (Linux disconnects at the end).
+	siwd(t, "127.0.0.1:17300", "--allow", "127.0.0.0/8")
+	for _, s := range sizes {
+		st := g.run(fmt.Sprintf("timeout 90 rping -c -a 10.0.2.2 -p 17300 -C %d -v -V -S %d", pings, s))
+		out, rc, err := st.wait(120 * time.Second)
+		if err == nil && (rc != 0 || strings.Count(out, "ping data:") != pings) {
+			err = fmt.Errorf("rping -c rc %d:\n%s", rc, out)
+		}
+		tb.add(t, fmt.Sprintf("rping Linux client -> siwd, %d B x%d -V", s, pings), err, "rc 0, validated; Linux side disconnects")
+	}
+
+	// 2. siw ping -> Linux rping -s (gosiw disconnects at the end).
+	for _, s := range sizes {
+		st := g.run(fmt.Sprintf("timeout 90 rping -s -a 0.0.0.0 -p 7174 -C %d -v -V -S %d & P=$!; sleep 1; touch {{READY}}; wait $P", pings, s))
+		err := st.ready(30 * time.Second)
+		var out string
+		if err == nil {
+			out, err = siw("ping", "-c", "-a", "127.0.0.1", "-p", fmt.Sprint(fwdRping), "-S", fmt.Sprint(s), "-C", fmt.Sprint(pings), "-v", "-V")
+			if err == nil && strings.Count(out, "ping data:") != pings {
+				err = fmt.Errorf("siw ping printed:\n%s", out)
+			}
+		}
+		gout, rc, werr := st.wait(60 * time.Second)
+		if err == nil && (werr != nil || rc != 0) {
+			err = fmt.Errorf("guest rping -s rc %d (%v):\n%s", rc, werr, gout)
+		}
+		if err != nil && out != "" {
+			err = fmt.Errorf("%w\nsiw ping: %s", err, out)
+		}
+		tb.add(t, fmt.Sprintf("siw ping -> rping Linux server, %d B x%d -V", s, pings), err, "rc 0 both sides; gosiw disconnects")
+	}
+
+	// 3. MPA as initiator against Linux siw: revisions, CRC, markers, P2P.
+	for _, c := range []struct {
+		name   string
+		policy mpa.Policy
+		check  func(*cm.Conn, error) error
+	}{
+		{"MPA rev 1", mpa.Policy{Rev: 1}, expect(func(p mpa.Params) error { return want(p.Rev == 1 && !p.Enhanced, "rev %d enhanced %v", p.Rev, p.Enhanced) })},
+		{"MPA rev 2 enhanced", mpa.Policy{}, expect(func(p mpa.Params) error { return want(p.Rev == 2 && p.Enhanced, "rev %d enhanced %v", p.Rev, p.Enhanced) })},
+		{"MPA rev 2, CRC requested", mpa.Policy{CRC: mpa.CRCOn}, expect(func(p mpa.Params) error { return want(p.CRC, "CRC off") })},
+		{"MPA rev 2, CRC not requested", mpa.Policy{}, expect(func(p mpa.Params) error { return want(!p.CRC, "CRC on") })},
+		{"MPA markers requested (siw refuses)", mpa.Policy{Markers: mpa.MarkersRequest}, func(_ *cm.Conn, err error) error {
+			var rej *cm.RejectError
+			if errors.As(err, &rej) {
+				return nil
+			}
+			return fmt.Errorf("want a clean MPA reject, got %v", err)
+		}},
+		{"MPA P2P, Write RTR", mpa.Policy{P2P: true, RTRs: mpa.RTRSetWrite}, expect(func(p mpa.Params) error { return want(p.P2P && p.RTR == mpa.RTRWrite, "p2p %v rtr %v", p.P2P, p.RTR) })},
+		{"MPA P2P, Read RTR", mpa.Policy{P2P: true, RTRs: mpa.RTRSetRead}, expect(func(p mpa.Params) error { return want(p.P2P && p.RTR == mpa.RTRRead, "p2p %v rtr %v", p.P2P, p.RTR) })},
+	} {
+		limit := 40
+		if c.policy.Markers != mpa.MarkersRefuse {
+			limit = 10 // siw rejects the request; its rping -s keeps waiting
+		}
+		st := g.run(fmt.Sprintf("timeout %d rping -s -a 0.0.0.0 -p 7174 -C 2 -V -S 4096 & P=$!; sleep 1; touch {{READY}}; wait $P", limit))
+		err := st.ready(30 * time.Second)
+		detail := ""
+		if err == nil {
+			detail, err = initiatorCase(c.policy, c.check)
+		}
+		gout, rc, werr := st.wait(60 * time.Second)
+		if err == nil && c.policy.Markers == mpa.MarkersRefuse && (werr != nil || rc != 0) {
+			err = fmt.Errorf("guest rping -s rc %d (%v):\n%s", rc, werr, gout)
+		}
+		tb.add(t, c.name, err, detail)
+	}
+
+	// 4. Reject by access rules: Linux rping reports REJECTED.
+	siwd(t, "127.0.0.1:17301", "--allow", "10.99.0.0/16")
+	{
+		st := g.run("timeout 60 rping -c -a 10.0.2.2 -p 17301 -C 1 -v")
+		out, rc, err := st.wait(90 * time.Second)
+		if err == nil && (rc == 0 || !strings.Contains(out, "REJECTED")) {
+			err = fmt.Errorf("rping -c rc %d, want REJECTED:\n%s", rc, out)
+		}
+		tb.add(t, "siwd refuses the guest: rping reports REJECTED", err, firstLine(out, "REJECTED"))
+	}
+
+	// 5. Abrupt gosiw close in the middle of a transfer.
+	{
+		st := g.run("timeout 60 rping -s -a 0.0.0.0 -p 7174 -C 100000 -S 65535 & P=$!; sleep 1; touch {{READY}}; wait $P")
+		err := st.ready(30 * time.Second)
+		detail := ""
+		if err == nil {
+			detail, err = abortMidTransfer()
+		}
+		gout, rc, werr := st.wait(70 * time.Second)
+		if err == nil && (werr != nil || rc == 124) {
+			err = fmt.Errorf("Linux rping -s hung after the reset (rc %d, %v):\n%s", rc, werr, gout)
+		}
+		tb.add(t, "abrupt gosiw close mid-transfer", err, detail+fmt.Sprintf("; Linux rping -s ended by itself (rc %d)", rc))
+	}
+
+	pcap := g.stop(t)
+	g = nil
+	checkCapture(t, &tb, pcap)
+}
+
+func want(ok bool, f string, a ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(f, a...)
+}
+
+func expect(f func(mpa.Params) error) func(*cm.Conn, error) error {
+	return func(c *cm.Conn, err error) error {
+		if err != nil {
+			return err
+		}
+		return f(c.Params)
+	}
+}
+
+// initiatorCase connects to the guest's rping -s with policy and runs two
+// validated rping iterations.
+func initiatorCase(policy mpa.Policy, check func(*cm.Conn, error) error) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	dev, _ := rdmap.NewDevice(nil)
+	defer dev.Close()
+	e, err := rping.NewEndpoint(dev.AllocPD(), 4096, true)
+	if err != nil {
+		return "", err
+	}
+	defer e.Close()
+	e.Arm()
+	policy.MaxPrivateData = mpa.SiwMaxPrivateData
+	var conn *cm.Conn
+	for try := 0; try < 5; try++ {
+		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: policy}}).Dial(ctx, fmt.Sprintf("127.0.0.1:%d", fwdRping), dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
+		var ce *cm.ConnectError
+		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := check(conn, err); err != nil {
+		return "", err
+	}
+	if conn == nil {
+		return "clean MPA reject: " + err.Error(), nil
+	}
+	defer conn.Close()
+	res, err := e.Client(ctx, 2, true, nil)
+	if err != nil {
+		return "", fmt.Errorf("rping exchange: %w", err)
+	}
+	p := conn.Params
+	return fmt.Sprintf("rev %d enhanced %v crc %v p2p %v rtr %v ird %d ord %d; %d pings validated", p.Rev, p.Enhanced, p.CRC, p.P2P, p.RTR, p.IRD, p.ORD, res.Pings), nil
+}
+
+// abortMidTransfer pings the guest's rping -s, then resets the connection
+// with a Send and an RDMA Read response in flight, and checks every
+// outstanding work request completed (success or flush).
+func abortMidTransfer() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	dev, _ := rdmap.NewDevice(nil)
+	defer dev.Close()
+	e, err := rping.NewEndpoint(dev.AllocPD(), 65535, true)
+	if err != nil {
+		return "", err
+	}
+	defer e.Close()
+	e.Arm()
+	conn, err := (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}}).Dial(ctx, fmt.Sprintf("127.0.0.1:%d", fwdRping), dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
+	if err != nil {
+		return "", err
+	}
+	if _, err := e.Client(ctx, 3, true, nil); err != nil {
+		return "", fmt.Errorf("pings before the reset: %w", err)
+	}
+	// Queue more Sends than the peer can take, then reset.
+	pd := e.PD
+	buf := make([]byte, 16)
+	mr, _ := pd.RegisterMemory(buf, 0)
+	posted := 0
+	for i := 0; i < 8; i++ {
+		if e.QP.PostSend(rdmap.SendWR{ID: uint64(100 + i), Op: rdmap.WRSend, SGL: []rdmap.SGE{mr.SGE(0, 16)}, Signaled: true}) == nil {
+			posted++
+		}
+	}
+	conn.Abort()
+	<-e.QP.Done()
+	var wcs [64]rdmap.WC
+	got, flushed := 0, 0
+	for {
+		n := e.CQ.Poll(wcs[:])
+		if n == 0 {
+			break
+		}
+		for _, wc := range wcs[:n] {
+			if wc.ID >= 100 {
+				got++
+				if wc.Status == rdmap.WCWRFlushErr {
+					flushed++
+				}
+			}
+		}
+	}
+	if got != posted {
+		return "", fmt.Errorf("%d of %d posted Sends completed after the reset", got, posted)
+	}
+	return fmt.Sprintf("3 pings, then %d Sends posted and RST: all %d completed (%d flushed)", posted, got, flushed), nil
+}
+
+func firstLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+var rejectRe = regexp.MustCompile(`not allowed`)
+
+// checkCapture decodes the guest's capture with siw dump and with tshark.
+func checkCapture(t *testing.T, tb *table, pcap string) {
+	keep := os.Getenv("INTEROP_OUT")
+	if keep != "" {
+		os.MkdirAll(keep, 0o755)
+		b, _ := os.ReadFile(pcap)
+		os.WriteFile(filepath.Join(keep, "interop.pcap"), b, 0o644)
+	}
+	out, err := exec.Command(filepath.Join(binDir, "siw"), "dump", "--json", pcap).Output()
+	detail := ""
+	if err == nil {
+		frames, fpdus, crcChecked, bad, rejectSeen := 0, 0, 0, 0, false
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) != nil {
+				bad++
+				continue
+			}
+			frames++
+			if m["error"] != nil {
+				bad++
+			}
+			if m["kind"] == "fpdu" {
+				fpdus++
+				if ok, isBool := m["crc_ok"].(bool); isBool {
+					crcChecked++
+					if !ok {
+						bad++
+					}
+				}
+			}
+			if m["kind"] == "mpa_reply" && m["reject"] == true {
+				if pd, _ := m["private_data"].(string); rejectRe.MatchString(hexText(pd)) {
+					rejectSeen = true
+				}
+			}
+		}
+		switch {
+		case bad > 0:
+			err = fmt.Errorf("siw dump: %d malformed frames or bad CRCs of %d", bad, frames)
+		case !rejectSeen:
+			err = fmt.Errorf("siw dump: no MPA Reply with R set carrying siwd's reason")
+		case fpdus == 0:
+			err = fmt.Errorf("siw dump: no FPDU decoded")
+		}
+		detail = fmt.Sprintf("%d records, %d FPDUs, %d CRCs checked and good, reject with reason seen", frames, fpdus, crcChecked)
+	}
+	tb.add(t, "capture decodes in siw dump (no malformed, CRCs good, R bit + reason)", err, detail)
+
+	if _, lerr := exec.LookPath("tshark"); lerr != nil {
+		tb.add(t, "capture decodes in tshark", fmt.Errorf("tshark is not installed"), "")
+		return
+	}
+	tout, err := exec.Command("tshark", "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "iwarp_mpa", "-V").CombinedOutput()
+	if err == nil {
+		s := string(tout)
+		switch {
+		case strings.Contains(s, "Malformed"):
+			err = fmt.Errorf("tshark reports a malformed packet")
+		case strings.Contains(s, "Bad CRC32"):
+			err = fmt.Errorf("tshark reports a bad CRC")
+		}
+		detail = fmt.Sprintf("%d good CRC32, no malformed packet", strings.Count(s, "Good CRC32"))
+	}
+	tb.add(t, "capture decodes in tshark", err, detail)
+}
+
+func hexText(h string) string {
+	b := make([]byte, 0, len(h)/2)
+	for i := 0; i+1 < len(h); i += 2 {
+		var c byte
+		fmt.Sscanf(h[i:i+2], "%02x", &c)
+		b = append(b, c)
+	}
+	return string(b)
+}
