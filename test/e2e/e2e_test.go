@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,8 +47,26 @@ type daemon struct {
 	cmd     *exec.Cmd
 	addr    string // host:port of the iWARP listener
 	metrics string // URL of /metrics, when on
-	stderr  *strings.Builder
+	stderr  *syncBuf
 	done    chan error
+}
+
+// syncBuf is a strings.Builder safe for a writer and readers at once.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 var (
@@ -65,7 +84,7 @@ func startSiwd(t *testing.T, args ...string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	d := &daemon{cmd: cmd, stderr: &syncBuf{}, done: make(chan error, 1)}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -322,4 +341,34 @@ func grepLines(s, prefix string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestSighupReloadsAccessRules refuses a client by the config file's rules,
+// then lets it in after the file is edited and siwd gets SIGHUP.
+func TestSighupReloadsAccessRules(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "siwd.toml")
+	if err := os.WriteFile(cfg, []byte("allow = [\"10.99.0.0/16\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startSiwd(t, "--config", cfg)
+	host, port := d.hostPort()
+	if out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "1"); code == 0 || !strings.Contains(out, "not allowed") {
+		t.Fatalf("before reload: exit %d\n%s", code, out)
+	}
+	if err := os.WriteFile(cfg, []byte("allow = [\"127.0.0.0/8\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	// The reload is logged; wait for it rather than for a time.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.stderr.String(), "access rules reloaded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("siwd did not log the reload:\n%s", d.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "1"); code != 0 {
+		t.Fatalf("after reload: exit %d\n%s", code, out)
+	}
+	d.stop(t)
 }
