@@ -364,6 +364,7 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 	if _, err := conn.Write(out); err != nil {
 		return nil, h.fail(err, nil)
 	}
+	sent := time.Now()
 
 	// 2. Read the Reply. siw_proc_mpareply's order: PD_Length and trailing
 	// bytes (-EPROTO, close), revision (close), key (Terminate 0x04), R.
@@ -406,7 +407,7 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 		MarkersRx:          req.Markers,
 		IRD:                h.IRD,
 		ORD:                h.ORD,
-		FirstSendDelay:     p.firstSendDelay(),
+		FirstSendDelay:     p.firstSendDelay(time.Since(sent)),
 		TerminateLayoutSiw: p.TerminateLayoutSiw,
 	}
 

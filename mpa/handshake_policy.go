@@ -22,6 +22,8 @@ const (
 	// the Reply: Linux siw 6.1 attaches its receive path after sending its
 	// Reply and can lose an FPDU that arrives within about a millisecond.
 	DefaultFirstSendDelay = 5 * time.Millisecond
+	// MaxFirstSendDelay caps the default delay's stretching for slow peers.
+	MaxFirstSendDelay = 250 * time.Millisecond
 	// SiwMaxPrivateData is the PD_Length to stay at or below toward Linux
 	// siw. siw refuses PD_Length over 256 (MPA_MAX_PRIVDATA) and, in
 	// revision 2, adds the 4-byte RFC 6581 block to the ULP length in u8
@@ -213,7 +215,9 @@ type Policy struct {
 	// SiwMaxPrivateData.
 	MaxPrivateData int
 	// FirstSendDelay is copied into Params for an initiator's QP: the delay
-	// between the Reply and the first FPDU. 0 means DefaultFirstSendDelay;
+	// between the Reply and the first FPDU. 0 means DefaultFirstSendDelay,
+	// stretched to twice the Request-to-Reply time for a slow peer (at most
+	// MaxFirstSendDelay);
 	// a negative value means none.
 	FirstSendDelay time.Duration
 	// TerminateLayoutSiw writes Terminate control words in Linux siw's
@@ -268,11 +272,17 @@ func (p *Policy) Resolve() (Policy, error) {
 	return c, nil
 }
 
-// firstSendDelay returns the delay to put into Params.
-func (p *Policy) firstSendDelay() time.Duration {
+// firstSendDelay returns the delay to put into Params, given how long the
+// Reply took to come. By default it is DefaultFirstSendDelay, stretched to
+// twice the Request-to-Reply time (at most MaxFirstSendDelay) for a slow
+// peer: Linux siw attaches its receive path only after sending its Reply,
+// and a peer that was slow to answer is slow to do that too. In the
+// interop lab (siw under qemu TCG on a loaded host) the Reply took ~45 ms
+// and an FPDU sent 9 ms after it was lost.
+func (p *Policy) firstSendDelay(replyTime time.Duration) time.Duration {
 	switch {
 	case p.FirstSendDelay == 0:
-		return DefaultFirstSendDelay
+		return min(max(DefaultFirstSendDelay, 2*replyTime), MaxFirstSendDelay)
 	case p.FirstSendDelay < 0:
 		return 0
 	}

@@ -283,7 +283,7 @@ func checkOutcome(t *testing.T, name string, o outcome, e expectation) {
 	} else if ipar.IRD != 4 || ipar.ORD != 8 || rpar.IRD != 16 || rpar.ORD != 16 {
 		t.Errorf("%s: IRD/ORD without negotiation init %d/%d resp %d/%d", name, ipar.IRD, ipar.ORD, rpar.IRD, rpar.ORD)
 	}
-	if ipar.FirstSendDelay != DefaultFirstSendDelay || rpar.FirstSendDelay != 0 {
+	if ipar.FirstSendDelay < DefaultFirstSendDelay || ipar.FirstSendDelay > MaxFirstSendDelay || rpar.FirstSendDelay != 0 {
 		t.Errorf("%s: FirstSendDelay %v/%v", name, ipar.FirstSendDelay, rpar.FirstSendDelay)
 	}
 	if len(o.terminate) != 0 {
@@ -420,7 +420,10 @@ func TestSiwRepliesTaken(t *testing.T) {
 			}
 			want := c.want.params
 			want.Initiator = true
-			want.FirstSendDelay = DefaultFirstSendDelay
+			if d := res.Params.FirstSendDelay; d < DefaultFirstSendDelay || d > MaxFirstSendDelay {
+				t.Errorf("FirstSendDelay %v, want within [%v, %v]", d, DefaultFirstSendDelay, MaxFirstSendDelay)
+			}
+			want.FirstSendDelay = res.Params.FirstSendDelay
 			if !reflect.DeepEqual(res.Params, want) {
 				t.Errorf("params %+v, want %+v", res.Params, want)
 			}
@@ -686,5 +689,27 @@ func TestPolicyResolve(t *testing.T) {
 	}
 	if s := (RTRSetWrite | RTRSetSend).String(); s != "write|send" {
 		t.Errorf("RTRSet string %q", s)
+	}
+}
+
+func TestFirstSendDelayStretchesForSlowPeers(t *testing.T) {
+	var p Policy
+	for _, c := range []struct{ reply, want time.Duration }{
+		{0, DefaultFirstSendDelay},
+		{time.Millisecond, DefaultFirstSendDelay},
+		{45 * time.Millisecond, 90 * time.Millisecond},
+		{time.Second, MaxFirstSendDelay},
+	} {
+		if got := p.firstSendDelay(c.reply); got != c.want {
+			t.Errorf("reply after %v: delay %v, want %v", c.reply, got, c.want)
+		}
+	}
+	p.FirstSendDelay = 3 * time.Millisecond
+	if got := p.firstSendDelay(time.Second); got != 3*time.Millisecond {
+		t.Errorf("explicit delay overridden: %v", got)
+	}
+	p.FirstSendDelay = -1
+	if got := p.firstSendDelay(time.Second); got != 0 {
+		t.Errorf("negative delay: %v", got)
 	}
 }

@@ -251,6 +251,45 @@ func TestInterop(t *testing.T) {
 		tb.add(t, "abrupt gosiw close mid-transfer", err, detail+fmt.Sprintf("; Linux rping -s ended by itself (rc %d)", rc))
 	}
 
+	// 6. rdma-core's rdma_server / rdma_client (Send/Recv over rdma_cm).
+	{
+		st := g.run("timeout 30 rdma_server -p 7471 & P=$!; sleep 1; touch {{READY}}; wait $P")
+		err := st.ready(30 * time.Second)
+		detail := ""
+		if err == nil {
+			detail, err = cmaClient()
+		}
+		gout, rc, werr := st.wait(40 * time.Second)
+		if err == nil && (werr != nil || rc != 0) {
+			err = fmt.Errorf("rdma_server rc %d (%v):\n%s", rc, werr, gout)
+		}
+		tb.add(t, "gosiw client -> Linux rdma_server", err, detail+"; "+firstLine(gout, "end"))
+	}
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		ready := make(chan error, 1)
+		type res struct {
+			detail string
+			err    error
+		}
+		done := make(chan res, 1)
+		go func() { d, err := cmaServer(ctx, "127.0.0.1:17472", ready); done <- res{d, err} }()
+		err := <-ready
+		var r res
+		if err == nil {
+			st := g.run("timeout 30 rdma_client -s 10.0.2.2 -p 17472")
+			gout, rc, werr := st.wait(40 * time.Second)
+			r = <-done
+			err = r.err
+			if err == nil && (werr != nil || rc != 0) {
+				err = fmt.Errorf("rdma_client rc %d (%v):\n%s", rc, werr, gout)
+			}
+			r.detail += "; " + firstLine(gout, "end")
+		}
+		cancel()
+		tb.add(t, "Linux rdma_client -> gosiw server", err, r.detail)
+	}
+
 	pcap := g.stop(t)
 	g = nil
 	checkCapture(t, &tb, pcap)

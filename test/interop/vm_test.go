@@ -26,6 +26,7 @@ type guest struct {
 // Host ports forwarded into the guest (all bound to 127.0.0.1).
 const (
 	fwdRping = 17174 // -> guest 7174 (rping -s)
+	fwdCMA   = 17471 // -> guest 7471 (rdma_server, ucmatose)
 )
 
 func bootGuest(t *testing.T, cache string) *guest {
@@ -43,7 +44,7 @@ func bootGuest(t *testing.T, cache string) *guest {
 	}
 	g.cmd = exec.Command("bash", "vm/run.sh", "vm/agent.sh")
 	g.cmd.Env = append(os.Environ(), "INTEROP_CACHE="+cache, "QUIET=1", "TIMEOUT=1000",
-		fmt.Sprintf("HOSTFWD=tcp:127.0.0.1:%d-:7174", fwdRping))
+		fmt.Sprintf("HOSTFWD=tcp:127.0.0.1:%d-:7174,tcp:127.0.0.1:%d-:7471", fwdRping, fwdCMA))
 	g.cmd.Stdout, g.cmd.Stderr = &g.log, &g.log
 	if err := g.cmd.Start(); err != nil {
 		t.Fatalf("qemu: %v", err)
