@@ -187,8 +187,12 @@ func TestInterop(t *testing.T) {
 		policy mpa.Policy
 		check  func(*cm.Conn, error) error
 	}{
-		{"MPA rev 1", mpa.Policy{Rev: 1}, expect(func(p mpa.Params) error { return want(p.Rev == 1 && !p.Enhanced, "rev %d enhanced %v", p.Rev, p.Enhanced) })},
-		{"MPA rev 2 enhanced", mpa.Policy{}, expect(func(p mpa.Params) error { return want(p.Rev == 2 && p.Enhanced, "rev %d enhanced %v", p.Rev, p.Enhanced) })},
+		{"MPA rev 1", mpa.Policy{Rev: 1}, expect(func(p mpa.Params) error {
+			return want(p.Rev == 1 && !p.Enhanced, "rev %d enhanced %v", p.Rev, p.Enhanced)
+		})},
+		{"MPA rev 2 enhanced", mpa.Policy{}, expect(func(p mpa.Params) error {
+			return want(p.Rev == 2 && p.Enhanced, "rev %d enhanced %v", p.Rev, p.Enhanced)
+		})},
 		{"MPA rev 2, CRC requested", mpa.Policy{CRC: mpa.CRCOn}, expect(func(p mpa.Params) error { return want(p.CRC, "CRC off") })},
 		{"MPA rev 2, CRC not requested", mpa.Policy{}, expect(func(p mpa.Params) error { return want(!p.CRC, "CRC on") })},
 		{"MPA markers requested (siw refuses)", mpa.Policy{Markers: mpa.MarkersRequest}, func(_ *cm.Conn, err error) error {
