@@ -2,6 +2,7 @@ package cm
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"go.uber.org/zap"
@@ -52,6 +53,13 @@ type Config struct {
 	// not yet complete) a listener runs at once; further connections wait
 	// in the kernel's accept queue. 0 means DefaultMaxHandshakes (1024).
 	MaxHandshakes int
+	// OnRefused, when set, is told about every inbound connection the
+	// listener answered itself, without a ConnectRequest: a handshake that
+	// failed (reason "timeout", "bad_key", "revision", "pd_length",
+	// "truncated", "enhanced_short", "extra_data", "markers", "crc",
+	// "closed", or "protocol") or a request over the backlog ("backlog").
+	// It runs on the listener's handshake goroutine and must not block.
+	OnRefused func(remote net.Addr, reason string)
 	// Logger receives lifecycle logs (Info: listen, established,
 	// disconnect, close, refused requests; Debug: handshake details).
 	// nil means zap.NewNop().

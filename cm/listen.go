@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -127,6 +129,9 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 		lg.Debug("inbound handshake failed", zap.Stringer(keyRemote, c.RemoteAddr()),
 			zap.Stringer(keyAnswer, answer), zap.Error(err))
 		_ = c.Close()
+		if cfg.OnRefused != nil {
+			cfg.OnRefused(c.RemoteAddr(), refusalReason(err))
+		}
 		return
 	}
 	req := resp.Request()
@@ -142,6 +147,9 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 		id.mu.Unlock()
 		lg.Info("backlog full; request rejected", zap.Stringer(keyRemote, c.RemoteAddr()), zap.Int(keyBacklog, backlog))
 		rejectAndClose(resp, c, cfg)
+		if cfg.OnRefused != nil {
+			cfg.OnRefused(c.RemoteAddr(), "backlog")
+		}
 		return
 	}
 	id.pending.Add(1)
@@ -163,6 +171,34 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 	child.lg.Debug("connect request", zap.Uint8(keyRev, req.Rev), zap.Bool(keyEnhanced, req.Enhanced),
 		zap.Int(keyIRD, ev.IRD), zap.Int(keyORD, ev.ORD), zap.Bool(keyCRC, req.CRC), zap.Bool(keyP2P, req.P2P),
 		zap.Stringer(keyRTR, req.RTRs()), zap.Int(keyPDLen, len(req.PrivateData)))
+}
+
+// refusalReason names why an inbound handshake failed, for OnRefused.
+func refusalReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, mpa.ErrBadKey):
+		return "bad_key"
+	case errors.Is(err, mpa.ErrUnknownRevision):
+		return "revision"
+	case errors.Is(err, mpa.ErrPDTooLong), errors.Is(err, mpa.ErrPrivateDataLimit):
+		return "pd_length"
+	case errors.Is(err, mpa.ErrEnhancedShort):
+		return "enhanced_short"
+	case errors.Is(err, mpa.ErrExtraData):
+		return "extra_data"
+	case errors.Is(err, mpa.ErrMarkersRefused):
+		return "markers"
+	case errors.Is(err, mpa.ErrCRCRefused):
+		return "crc"
+	case errors.Is(err, mpa.ErrTruncated), errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated"
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+		return "closed"
+	}
+	return "protocol"
 }
 
 func rejectAndClose(resp *mpa.Responder, c net.Conn, cfg *Config) {

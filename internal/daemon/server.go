@@ -154,7 +154,8 @@ func (s *Server) Healthy() error {
 
 // Listen starts listening; Serve then serves.
 func (s *Server) Listen(ctx context.Context) error {
-	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: s.lg, MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}})
+	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: s.lg, MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
+		OnRefused: func(_ net.Addr, reason string) { s.m.Handshakes.WithLabelValues("failed", reason).Inc() }})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -225,4 +226,25 @@ func rejectText(err error) string {
 		return string(rej.PrivateData)
 	}
 	return ""
+}
+
+func TestFailedHandshakesCounted(t *testing.T) {
+	s, m, stop := startServer(t, &Config{Listen: "127.0.0.1:0", ShutdownTimeout: time.Second})
+	defer stop()
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("this is not an MPA request frame"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("siwd answered garbage")
+	}
+	c.Close()
+	series := `siwd_handshakes_total{reason="bad_key",result="failed"}`
+	for end := time.Now().Add(5 * time.Second); testCounter(t, m, series) != "1"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s = %q", series, testCounter(t, m, series))
+		}
+	}
 }
