@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"syscall"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gosiw/gosiw/cm"
@@ -13,32 +16,35 @@ import (
 
 // explain turns a connection error into a sentence a person can act on:
 // unreachable, rejected (with the peer's private data and iw_cm's text),
-// timed out, or terminated (layer/type/code by name).
-func explain(addr string, err error) error {
+// timed out, or terminated (layer/type/code by name). what names the
+// service to look for at addr in the unreachable case.
+func explain(addr, what string, err error) error {
 	var rej *cm.RejectError
 	var ce *cm.ConnectError
 	var te *rdmap.TerminateError
 	switch {
 	case errors.As(err, &rej):
-		return fmt.Errorf("rejected by %s: %s (%s)", addr, printable(rej.PrivateData),
-			cm.RejectMsg(-int(syscall.ECONNREFUSED)))
+		return fmt.Errorf("rejected by %s (%s): %s", addr, cm.RejectMsg(-int(syscall.ECONNREFUSED)), printable(rej.PrivateData))
 	case errors.As(err, &te):
-		who := "local side detected"
+		who := "this side detected an error and sent"
 		if te.Remote {
-			who = "peer sent"
+			who = "the peer sent"
 		}
-		return fmt.Errorf("terminated: %s %s/%s: %s", who, te.Layer, rdmap.ETypeName(te.Layer, te.EType),
-			rdmap.CodeName(te.Layer, te.EType, te.Code))
+		return fmt.Errorf("connection terminated: %s a Terminate: layer %s, type %s, code %s (%#02x)\n  (%v)",
+			who, te.Layer, rdmap.ETypeName(te.Layer, te.EType), rdmap.CodeName(te.Layer, te.EType, te.Code), te.Code, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("unreachable: %s refused the TCP connection (is siwd or rping -s running there?)", addr)
+		return fmt.Errorf("unreachable: %s refused the TCP connection (is %s listening there?)", addr, what)
 	case errors.As(err, &ce):
+		msg := cm.RejectMsg(-int(ce.Status.Errno()))
 		switch ce.Status {
 		case cm.StatusTimeout:
-			return fmt.Errorf("timed out: no MPA reply from %s (%s)", addr, cm.RejectMsg(int(ce.Status.Errno())))
+			return fmt.Errorf("timed out: no MPA Reply from %s in time (%s): is it an iWARP responder, and the address right?", addr, msg)
+		case cm.StatusUnreachable:
+			return fmt.Errorf("unreachable: cannot connect to %s: %v", addr, ce.Err)
 		case cm.StatusReset:
-			return fmt.Errorf("connection to %s closed during setup (%s): %v", addr, cm.RejectMsg(int(ce.Status.Errno())), ce.Err)
+			return fmt.Errorf("%s closed the connection during the MPA handshake (%s): is it an iWARP responder?", addr, msg)
 		}
-		return fmt.Errorf("connect to %s failed: %v", addr, err)
+		return fmt.Errorf("connecting to %s failed (%v, %s): %v", addr, ce.Status, msg, ce.Err)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
@@ -47,22 +53,13 @@ func explain(addr string, err error) error {
 	return err
 }
 
-// printable renders private data as text when it is text, else as hex.
+// printable renders private data as quoted text, or hex when it is not text.
 func printable(b []byte) string {
 	if len(b) == 0 {
 		return "no private data"
 	}
-	if utf8.Valid(b) {
-		ok := true
-		for _, r := range string(b) {
-			if r < 0x20 && r != '\t' {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return fmt.Sprintf("%q", string(b))
-		}
+	if utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return strconv.Quote(string(b))
 	}
-	return fmt.Sprintf("private data %x", b)
+	return fmt.Sprintf("%d bytes of private data: %x", len(b), b)
 }

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -591,35 +589,11 @@ func (p *perfPrinter) writeJSON(doc *perfJSON) error {
 
 // perfExplain turns a client error into one a person can act on.
 func perfExplain(addr string, err error) error {
-	var rej *cm.RejectError
-	var ce *cm.ConnectError
-	var te *rdmap.TerminateError
-	switch {
-	case errors.As(err, &rej):
-		return fmt.Errorf("perf: rejected by %s (%s): %s", addr,
-			cm.RejectMsg(-int(cm.StatusRejected.Errno())), perfText(rej.PrivateData))
-	case errors.As(err, &te):
-		who := "this side detected an error and sent"
-		if te.Remote {
-			who = "the responder sent"
-		}
-		return fmt.Errorf("perf: connection terminated: %s a Terminate: layer %s, type %s, code %s (%#02x)\n  (%v)",
-			who, te.Layer, rdmap.ETypeName(te.Layer, te.EType), rdmap.CodeName(te.Layer, te.EType, te.Code), te.Code, err)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("perf: unreachable: %s refused the TCP connection (is siwd or \"siw perf -s\" listening there?)", addr)
-	case errors.As(err, &ce):
-		msg := cm.RejectMsg(-int(ce.Status.Errno()))
-		switch ce.Status {
-		case cm.StatusTimeout:
-			return fmt.Errorf("perf: unreachable: no MPA Reply from %s in time (%s): is it an iWARP responder, and the address right?", addr, msg)
-		case cm.StatusUnreachable:
-			return fmt.Errorf("perf: unreachable: cannot connect to %s: %v", addr, ce.Err)
-		case cm.StatusReset:
-			return fmt.Errorf("perf: %s closed the connection during the MPA handshake (%s): is it an iWARP responder?", addr, msg)
-		}
-		return fmt.Errorf("perf: connecting to %s failed (%v, %s): %v", addr, ce.Status, msg, ce.Err)
+	e := explain(addr, `siwd or "siw perf -s"`, err)
+	if e == err {
+		return err
 	}
-	return err
+	return fmt.Errorf("perf: %w", e)
 }
 
 func perfExplainTCP(addr string, err error) error {
@@ -631,17 +605,6 @@ func perfExplainTCP(addr string, err error) error {
 		return fmt.Errorf("perf: TCP baseline: %s refused the test: %s", addr, tr.Reason)
 	}
 	return fmt.Errorf("perf: TCP baseline: %w", err)
-}
-
-// perfText renders private data as quoted text, or hex when it is not text.
-func perfText(b []byte) string {
-	if len(b) == 0 {
-		return "no private data"
-	}
-	if utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
-		return strconv.Quote(string(b))
-	}
-	return fmt.Sprintf("%d bytes of private data: %x", len(b), b)
 }
 
 // perfServer runs the responder and its TCP sink until ctx is done.

@@ -257,7 +257,7 @@ func TestPerfErrors(t *testing.T) {
 		return nil
 	})
 	out, err = runPerfCmd(t, "read", "-t", "1", "--json", rejecting)
-	want := `rejected by ` + rejecting + ` (reset by remote host): "gosiw siwd: 127.0.0.1 is not allowed"`
+	want := `rejected by ` + rejecting + ` (refused by remote application): "gosiw siwd: 127.0.0.1 is not allowed"`
 	if err == nil || err.Error() != "perf: "+want {
 		t.Errorf("rejected: %v", err)
 	}
@@ -273,7 +273,7 @@ func TestPerfErrors(t *testing.T) {
 		return c
 	})
 	out, err = runPerfCmd(t, "write", "-t", "5", "-i", "0", bogus)
-	if err == nil || !strings.Contains(err.Error(), "connection terminated: the responder sent a Terminate: layer DDP, type tagged buffer, code invalid STag (0x00)") {
+	if err == nil || !strings.Contains(err.Error(), "connection terminated: the peer sent a Terminate: layer DDP, type tagged buffer, code invalid STag (0x00)") {
 		t.Errorf("terminated: %v\n%s", err, out)
 	}
 	if !strings.Contains(out, "[  1] error: stream 1: ") {

@@ -92,7 +92,7 @@ func pingClient(ctx context.Context, cmd *cobra.Command, f *pingFlags) error {
 	conn, err := (&cm.Dialer{Config: pingConfig(f)}).Dial(dctx, addr, dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
 	cancel()
 	if err != nil {
-		return explain(addr, err)
+		return explain(addr, "siwd or rping -s", err)
 	}
 	out := cmd.OutOrStdout()
 	res, err := e.Client(ctx, f.count, f.validate, func(_ int, data []byte) {
@@ -107,12 +107,12 @@ func pingClient(ctx context.Context, cmd *cobra.Command, f *pingFlags) error {
 			return nil
 		}
 		if qerr := e.QP.Err(); qerr != nil {
-			return explain(addr, qerr)
+			return explain(addr, "siwd or rping -s", qerr)
 		}
 		return fmt.Errorf("ping: after %d pings: %w", res.Pings, err)
 	}
 	if cerr != nil {
-		return explain(addr, cerr)
+		return explain(addr, "siwd or rping -s", cerr)
 	}
 	fmt.Fprintf(out, "client DISCONNECT EVENT...\nclient: %d pings of %d bytes to %s, validation %s\n", res.Pings, f.size, addr,
 		map[bool]string{true: "ok", false: "off"}[f.validate])
@@ -183,7 +183,7 @@ func serveOne(ctx context.Context, dev *rdmap.Device, req *cm.Request, f *pingFl
 	}
 	if err != nil {
 		if qerr := e.QP.Err(); qerr != nil {
-			return n, explain(req.RemoteAddr.String(), qerr)
+			return n, explain(req.RemoteAddr.String(), "the client", qerr)
 		}
 	}
 	return n, err
