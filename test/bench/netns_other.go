@@ -1,0 +1,24 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"net"
+)
+
+type vethLink struct{}
+
+func setupVeth() (*vethLink, error) {
+	return nil, errors.New("network namespaces need Linux")
+}
+
+func (v *vethLink) close() {}
+
+func (v *vethLink) String() string { return "none" }
+
+func (v *vethLink) pair() (net.Conn, net.Conn, error) {
+	return nil, nil, errors.New("network namespaces need Linux")
+}
+
+func mss(net.Conn) int { return 0 }
