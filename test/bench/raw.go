@@ -174,7 +174,18 @@ func rawStream(b bench, n int, f *rawFixture, size, depth int) error {
 	b.ReportAllocs()
 	go sender(f.c, f.sq, f.cq, n, f.msg[:size], &f.iovC, &f.nbC, f.errc)
 	go receiver(f.sbr, f.sbuf[:size], nil, n, f.errc)
+	if err := f.pipeline(b, n, depth); err != nil {
+		return err
+	}
+	return f.end(2)
+}
+
+// pipeline posts n operations to the client's sender, at most depth
+// outstanding, and waits for their completions: the timed part of the
+// stream and request/response baselines.
+func (f *rawFixture) pipeline(b bench, n, depth int) error {
 	b.ResetTimer()
+	defer b.StopTimer()
 	posted, done := 0, 0
 	for done < n {
 		for posted < n && posted-done < depth {
@@ -187,8 +198,7 @@ func rawStream(b bench, n int, f *rawFixture, size, depth int) error {
 		}
 		done += k
 	}
-	b.StopTimer()
-	return f.end(2)
+	return nil
 }
 
 // rawReqResp is the baseline of RDMA Read: the client posts requests of
@@ -203,20 +213,9 @@ func rawReqResp(b bench, n int, f *rawFixture, size, depth int) error {
 	go receiver(f.sbr, f.sbuf[:readRequestLen], f.ssq, n, f.errc)
 	go sender(f.s, f.ssq, nil, n, f.msg[:size], &f.iovS, &f.nbS, f.errc)
 	go receiver(f.cbr, f.cbuf[:size], f.cq, n, f.errc)
-	b.ResetTimer()
-	posted, done := 0, 0
-	for done < n {
-		for posted < n && posted-done < depth {
-			f.sq <- 1
-			posted++
-		}
-		k, err := f.take(f.cq)
-		if err != nil {
-			return err
-		}
-		done += k
+	if err := f.pipeline(b, n, depth); err != nil {
+		return err
 	}
-	b.StopTimer()
 	return f.end(4)
 }
 
