@@ -96,6 +96,20 @@ func Fill(buf []byte, ping int, start byte) byte {
 	return start
 }
 
+// WCError is a work request that completed with an error status.
+type WCError struct{ WC rdmap.WC }
+
+func (e *WCError) Error() string {
+	return fmt.Sprintf("rping: %v completion with status %v", e.WC.Op, e.WC.Status)
+}
+
+// flushed reports whether err is a work request flushed because the
+// connection ended.
+func flushed(err error) bool {
+	var we *WCError
+	return errors.As(err, &we) && we.WC.Status == rdmap.WCWRFlushErr
+}
+
 // cqWaiter waits for the completions of one QP on one CQ. Completions of
 // different kinds may come in any order (a Send's completion may follow the
 // Receive of the peer's answer), so those not asked for yet wait in pending.
@@ -111,7 +125,7 @@ func (w *cqWaiter) expect(ctx context.Context, op rdmap.WCOpcode) (rdmap.WC, err
 	for {
 		for i, wc := range w.pending {
 			if wc.Status != rdmap.WCSuccess {
-				return wc, fmt.Errorf("rping: %v completion with status %v", wc.Op, wc.Status)
+				return wc, &WCError{WC: wc}
 			}
 			if wc.Op == op {
 				w.pending = append(w.pending[:i], w.pending[i+1:]...)

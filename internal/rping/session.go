@@ -69,8 +69,16 @@ func (e *Endpoint) Server(ctx context.Context, onPing func(i int, data []byte)) 
 	for {
 		peer, err := e.recv(ctx)
 		if err != nil {
-			if n > 0 && e.ended() {
-				return n, nil
+			// A client that disconnects between pings flushes the posted
+			// receive; the flush may come before the QP reports its end.
+			if n > 0 && flushed(err) {
+				select {
+				case <-e.QP.Done():
+				case <-ctx.Done():
+				}
+				if e.QP.Err() == nil {
+					return n, nil
+				}
 			}
 			return n, err
 		}
@@ -105,15 +113,5 @@ func (e *Endpoint) Server(ctx context.Context, onPing func(i int, data []byte)) 
 			return n, err
 		}
 		n++
-	}
-}
-
-// ended reports whether the QP's connection is over.
-func (e *Endpoint) ended() bool {
-	select {
-	case <-e.QP.Done():
-		return true
-	default:
-		return false
 	}
 }
