@@ -294,6 +294,24 @@ func TestInterop(t *testing.T) {
 		tb.add(t, "Linux rdma_client -> gosiw server", err, r.detail)
 	}
 
+	// 7. ucmatose: the server sends first, so only gosiw-as-client works:
+	// a gosiw responder, like Linux siw's initiator expects, sends nothing
+	// before the initiator's first FPDU, and ucmatose's client sends only
+	// after it received the server's messages.
+	{
+		st := g.run("timeout 30 ucmatose -p 7471 & P=$!; sleep 1; touch {{READY}}; wait $P")
+		err := st.ready(30 * time.Second)
+		detail := ""
+		if err == nil {
+			detail, err = cmatoseClient(10, 100)
+		}
+		gout, rc, werr := st.wait(40 * time.Second)
+		if err == nil && (werr != nil || rc != 0 || !strings.Contains(gout, "return status 0")) {
+			err = fmt.Errorf("ucmatose server rc %d (%v):\n%s", rc, werr, gout)
+		}
+		tb.add(t, "gosiw client -> Linux ucmatose server (10 x 100 B each way)", err, detail+"; "+firstLine(gout, "return status"))
+	}
+
 	pcap := g.stop(t)
 	g = nil
 	checkCapture(t, &tb, pcap)

@@ -158,3 +158,76 @@ func cmaServer(ctx context.Context, addr string, ready chan<- error) (string, er
 	}
 	return fmt.Sprintf("got %d B from rdma_client, answered 16 B", wc.ByteLen), nil
 }
+
+// cmatoseClient plays ucmatose's client (librdmacm/examples/cmatose.c)
+// against the guest's ucmatose server: post count receives of size bytes,
+// connect, receive the server's count messages, send count back, and wait
+// for the server's disconnect.
+func cmatoseClient(count, size int) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dev, _ := rdmap.NewDevice(nil)
+	defer dev.Close()
+	pd := dev.AllocPD()
+	cq, err := dev.CreateCQ(2 * count)
+	if err != nil {
+		return "", err
+	}
+	defer cq.Close()
+	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: count, MaxRecvWR: count, SignalAll: true})
+	if err != nil {
+		return "", err
+	}
+	defer qp.Close()
+	mem := make([]byte, size)
+	mr, err := pd.RegisterMemory(mem, rdmap.AccessLocalWrite)
+	if err != nil {
+		return "", err
+	}
+	for i := 0; i < count; i++ {
+		if err := qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{mr.SGE(0, size)}}); err != nil {
+			return "", err
+		}
+	}
+	var conn *cm.Conn
+	for try := 0; try < 5; try++ {
+		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}}).Dial(ctx,
+			fmt.Sprintf("127.0.0.1:%d", fwdCMA), dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1})
+		var ce *cm.ConnectError
+		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	s := &sendRecv{cq: cq}
+	recvd := 0
+	for ; recvd < count; recvd++ {
+		wc, err := s.await(ctx, rdmap.WCRecv)
+		if err != nil {
+			return "", fmt.Errorf("after %d messages: %w", recvd, err)
+		}
+		if int(wc.ByteLen) != size {
+			return "", fmt.Errorf("message %d is %d bytes, want %d", recvd, wc.ByteLen, size)
+		}
+	}
+	for i := 0; i < count; i++ {
+		if err := qp.PostSend(rdmap.SendWR{ID: uint64(100 + i), Op: rdmap.WRSend, SGL: []rdmap.SGE{mr.SGE(0, size)}}); err != nil {
+			return "", err
+		}
+	}
+	for i := 0; i < count; i++ {
+		if _, err := s.await(ctx, rdmap.WCSend); err != nil {
+			return "", fmt.Errorf("send %d: %w", i, err)
+		}
+	}
+	select {
+	case <-conn.Done():
+	case <-ctx.Done():
+		return "", fmt.Errorf("ucmatose did not disconnect")
+	}
+	return fmt.Sprintf("received %d x %d B, sent %d x %d B, server disconnected", recvd, size, count, size), nil
+}
