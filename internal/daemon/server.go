@@ -184,7 +184,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		if err != nil {
 			break
 		}
-		s.handle(sctx, req)
+		// Answering a request writes to the peer: never on the accept
+		// loop, so a client that does not read cannot stall the others.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(sctx, req)
+		}()
 	}
 	return s.shutdown()
 }
@@ -253,14 +259,10 @@ func (s *Server) handle(ctx context.Context, req *cm.Request) {
 		s.refuse(req, "unknown_service", "gosiw siwd: unknown service in private data")
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer release()
-		if err := serve(); err != nil && !errors.Is(err, context.Canceled) {
-			s.lg.Info("connection ended with error", zap.Stringer("remote", req.RemoteAddr), zap.Error(err))
-		}
-	}()
+	defer release()
+	if err := serve(); err != nil && !errors.Is(err, context.Canceled) {
+		s.lg.Info("connection ended with error", zap.Stringer("remote", req.RemoteAddr), zap.Error(err))
+	}
 }
 
 // track registers an accepted connection for shutdown and metrics.
