@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -369,6 +370,44 @@ func TestSighupReloadsAccessRules(t *testing.T) {
 	}
 	if out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "1"); code != 0 {
 		t.Fatalf("after reload: exit %d\n%s", code, out)
+	}
+	d.stop(t)
+}
+
+// TestRegions writes a file into a siwd region with siw region write, reads
+// it back with siw region read, and checks the refusals.
+func TestRegions(t *testing.T) {
+	d := startSiwd(t, "--region", "name=scratch,size=4MiB,access=rw", "--region", "name=ro,size=64K,access=r")
+	dir := t.TempDir()
+	in, back := filepath.Join(dir, "in"), filepath.Join(dir, "back")
+	data := make([]byte, 3<<20+77)
+	for i := range data {
+		data[i] = byte(i*31 + i>>11)
+	}
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := siw(t, "region", "write", d.addr, "scratch", "--offset", "12345", "-f", in); code != 0 {
+		t.Fatalf("region write: exit %d\n%s", code, out)
+	}
+	if out, code := siw(t, "region", "read", d.addr, "scratch", "--offset", "12345", "--length", fmt.Sprint(len(data)), "-f", back); code != 0 {
+		t.Fatalf("region read: exit %d\n%s", code, out)
+	}
+	got, err := os.ReadFile(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes that differ from the %d written", len(got), len(data))
+	}
+	if out, code := siw(t, "region", "write", d.addr, "ro", "-f", in); code == 0 || !strings.Contains(out, "grants r access only") {
+		t.Fatalf("write to a read-only region: exit %d\n%s", code, out)
+	}
+	if out, code := siw(t, "region", "read", d.addr, "nope"); code == 0 || !strings.Contains(out, `no region named \"nope\"`) {
+		t.Fatalf("unknown region: exit %d\n%s", code, out)
+	}
+	if out, code := siw(t, "region", "read", d.addr, "scratch", "--offset", "4194300", "--length", "8"); code == 0 || !strings.Contains(out, "past the end") {
+		t.Fatalf("read past the end: exit %d\n%s", code, out)
 	}
 	d.stop(t)
 }
