@@ -381,8 +381,12 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 	if !rep.Reply {
 		return nil, h.terminate(conn, Framer{}, TermInvalidReqRep, fmt.Errorf("%w: a Request where the Reply belongs", ErrBadKey), &rep)
 	}
+	var early []byte
 	if len(rest) > 0 {
-		return nil, h.fail(fmt.Errorf("%w: %d bytes", ErrExtraData, len(rest)), &rep)
+		if !p.AcceptEarlyFPDUs || rep.Reject {
+			return nil, h.fail(fmt.Errorf("%w: %d bytes", ErrExtraData, len(rest)), &rep)
+		}
+		early = bytes.Clone(rest)
 	}
 	if rep.Reject {
 		return nil, &RejectedError{Reply: rep}
@@ -431,6 +435,7 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 			params.P2P, params.RTR = true, rtr
 		}
 	}
+	params.Leftover = early
 	return &Result{Params: params, Request: *req, Reply: rep}, nil
 }
 

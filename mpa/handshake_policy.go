@@ -220,6 +220,14 @@ type Policy struct {
 	// MaxFirstSendDelay);
 	// a negative value means none.
 	FirstSendDelay time.Duration
+	// AcceptEarlyFPDUs lets an initiator take FPDUs that arrive with, or
+	// right behind, the Reply, before it sent its own first FPDU: they go
+	// to the QP in Params.Leftover. RFC 5044 has the initiator send first,
+	// and Linux siw drops a connection whose Reply comes with more bytes
+	// (ErrExtraData, the default here too), but some responders send at
+	// once (Linux siw under rdma-core's ucmatose, whose server sends
+	// first); set this to talk to them.
+	AcceptEarlyFPDUs bool
 	// TerminateLayoutSiw writes Terminate control words in Linux siw's
 	// byte order (see rdmap.LayoutSiw), in the handshake and after it.
 	TerminateLayoutSiw bool

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,6 +239,13 @@ func TestInterop(t *testing.T) {
 			err = fmt.Errorf("rping -c rc %d, want REJECTED:\n%s", rc, out)
 		}
 		tb.add(t, "siwd refuses the guest: rping reports REJECTED", err, firstLine(out, "REJECTED"))
+	}
+
+	// 4b. siwd stops (SIGTERM) while a Linux rping -c is pinging it: siwd
+	// disconnects gracefully and exits 0; Linux rping ends, it does not hang.
+	{
+		detail, err := sigtermUnderLinuxClient(g)
+		tb.add(t, "siwd SIGTERM mid-transfer: disconnects a Linux rping -c", err, detail)
 	}
 
 	// 5. Abrupt gosiw close in the middle of a transfer.
@@ -515,4 +523,67 @@ func hexText(h string) string {
 		b = append(b, c)
 	}
 	return string(b)
+}
+
+func sigtermUnderLinuxClient(g *guest) (string, error) {
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--listen", "127.0.0.1:17302", "--metrics", "")
+	var errb syncBuf
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	st := g.run("timeout 60 rping -c -a 10.0.2.2 -p 17302 -C 0 -S 4096 -V")
+	for end := time.Now().Add(60 * time.Second); !strings.Contains(errb.String(), "established"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			cmd.Process.Kill()
+			<-exited
+			out, rc, _ := st.wait(70 * time.Second)
+			return "", fmt.Errorf("Linux rping -c never got established (rc %d):\n%s", rc, out)
+		}
+	}
+	time.Sleep(time.Second) // let it ping a while
+	start := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+		return "", fmt.Errorf("siwd did not exit within 20 s of SIGINT")
+	}
+	stopped := time.Since(start)
+	if err != nil {
+		return "", fmt.Errorf("siwd exit: %v", err)
+	}
+	out, rc, werr := st.wait(70 * time.Second)
+	if werr != nil || rc == 124 {
+		return "", fmt.Errorf("Linux rping -c hung after siwd stopped (rc %d, %v):\n%s", rc, werr, out)
+	}
+	return fmt.Sprintf("siwd exited 0 after %v; Linux rping -c ended by itself (rc %d: %s)", stopped.Round(time.Millisecond), rc, lastLine(out)), nil
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// syncBuf is a strings.Builder safe for a writer and readers at once.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -191,7 +191,9 @@ func cmatoseClient(count, size int) (string, error) {
 	}
 	var conn *cm.Conn
 	for try := 0; try < 5; try++ {
-		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}}).Dial(ctx,
+		// ucmatose's server sends as soon as it is established: take FPDUs
+		// that come with the Reply.
+		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData, AcceptEarlyFPDUs: true}}}).Dial(ctx,
 			fmt.Sprintf("127.0.0.1:%d", fwdCMA), dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1})
 		var ce *cm.ConnectError
 		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
