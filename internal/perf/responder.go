@@ -239,6 +239,13 @@ func serveConn(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Met
 		return info, fmt.Errorf("perf: accept %v: %w", req.RemoteAddr, err)
 	}
 	defer conn.Close()
+	if m != nil {
+		m.Handshakes.WithLabelValues("accepted", "").Inc()
+		m.QPs.Inc()
+		m.CQs.Inc()
+		defer m.QPs.Dec()
+		defer m.CQs.Dec()
+	}
 	start := time.Now()
 	info.Event, info.CRC = "accepted", conn.Params.CRC
 	if onConn != nil {

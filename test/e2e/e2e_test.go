@@ -328,6 +328,16 @@ func TestPerfAgainstSiwd(t *testing.T) {
 		}
 	}
 	body := scrape(t, d.metrics)
+	if v := metricValue(body, `siwd_handshakes_total{reason="",result="accepted"}`); v != "4" {
+		t.Errorf("accepted handshakes = %q, want 4 (one per perf run)", v)
+	}
+	// The last connection's QP is released once siwd has seen it end.
+	for end := time.Now().Add(10 * time.Second); metricValue(scrape(t, d.metrics), `siwd_qps`) != "0"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Errorf("QPs in use after the runs = %q, want 0", metricValue(scrape(t, d.metrics), `siwd_qps`))
+			break
+		}
+	}
 	if v := metricValue(body, `siwd_operations_total{dir="rx",opcode="rdma_write"}`); v == "" || v == "0" {
 		t.Errorf("siwd counted no RDMA Writes:\n%s", grepLines(body, "siwd_"))
 	}
