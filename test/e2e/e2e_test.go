@@ -15,59 +15,24 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gosiw/gosiw/internal/testutil"
 )
 
 var binDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gosiw-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	for _, cmd := range []string{"siw", "siwd"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/gosiw/gosiw/cmd/"+cmd).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", cmd, err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.RunWithCommands(m, &binDir, "siw", "siwd") }
 
 // daemon is a running siwd.
 type daemon struct {
 	cmd     *exec.Cmd
 	addr    string // host:port of the iWARP listener
 	metrics string // URL of /metrics, when on
-	stderr  *syncBuf
+	stderr  *testutil.SyncBuffer
 	done    chan error
-}
-
-// syncBuf is a strings.Builder safe for a writer and readers at once.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var (
@@ -85,7 +50,7 @@ func startSiwd(t *testing.T, args ...string) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{cmd: cmd, stderr: &syncBuf{}, done: make(chan error, 1)}
+	d := &daemon{cmd: cmd, stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -17,35 +17,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
 var binDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gosiw-interop-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	for _, c := range []string{"siw", "siwd"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, c), "github.com/gosiw/gosiw/cmd/"+c).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", c, err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.RunWithCommands(m, &binDir, "siw", "siwd") }
 
 type row struct {
 	name, result, detail string
@@ -527,7 +511,7 @@ func hexText(h string) string {
 
 func sigtermUnderLinuxClient(g *guest) (string, error) {
 	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--listen", "127.0.0.1:17302", "--metrics", "")
-	var errb syncBuf
+	var errb testutil.SyncBuffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		return "", err
@@ -568,22 +552,4 @@ func sigtermUnderLinuxClient(g *guest) (string, error) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-// syncBuf is a strings.Builder safe for a writer and readers at once.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
