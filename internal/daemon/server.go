@@ -25,10 +25,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/internal/sys"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -106,23 +106,40 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 		}
 		return &region{Region: r, mem: mem.Bytes(), close: mem.Close}, nil
 	}
-	f, err := os.OpenFile(r.File, os.O_RDWR|os.O_CREATE, 0o600)
+	// A read-only region never changes its file: opened read-only,
+	// mapped PROT_READ, and a file shorter than the region is refused
+	// (mapping past its end would fault). A writable one is created or
+	// grown to the region's size.
+	writable := r.Access&AccessWrite != 0
+	var f *os.File
+	var err error
+	if writable {
+		f, err = os.OpenFile(r.File, os.O_RDWR|os.O_CREATE, 0o600)
+	} else {
+		f, err = os.Open(r.File)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("region %s: %w", r.Name, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, err
-	} else if st.Size() < r.Size {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("region %s: %w", r.Name, err)
+	}
+	if st.Size() < r.Size {
+		if !writable {
+			return nil, fmt.Errorf("region %s: file %s holds %d bytes, fewer than the region's %d (a read-only region never grows its file)",
+				r.Name, r.File, st.Size(), r.Size)
+		}
 		if err := f.Truncate(r.Size); err != nil {
 			return nil, fmt.Errorf("region %s: %w", r.Name, err)
 		}
 	}
-	b, err := unix.Mmap(int(f.Fd()), 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	fm, err := sys.MapFile(f, r.Size, writable)
 	if err != nil {
-		return nil, fmt.Errorf("region %s: mmap %s: %w", r.Name, r.File, os.NewSyscallError("mmap", err))
+		return nil, fmt.Errorf("region %s: map %s: %w", r.Name, r.File, err)
 	}
-	return &region{Region: r, mem: b, close: func() error { return unix.Munmap(b) }}, nil
+	return &region{Region: r, mem: fm.Data, close: fm.Unmap}, nil
 }
 
 func (s *Server) closeRegions() {
