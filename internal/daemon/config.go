@@ -73,6 +73,11 @@ type ConfigSpec struct {
 	LogFormat         string       `toml:"log_format"`
 	LogLevel          string       `toml:"log_level"`
 	ShutdownTimeout   string       `toml:"shutdown_timeout"`
+
+	// Admission, budgets and idle connections (see Config).
+	MaxHandshakes          int    `toml:"max_handshakes"`
+	MaxHandshakesPerClient int    `toml:"max_handshakes_per_client"`
+	RefusedRequestTimeout  string `toml:"refused_request_timeout"`
 }
 
 // Config is siwd's validated runtime configuration.
@@ -86,6 +91,21 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
+
+	// MaxHandshakes bounds the MPA handshakes of allowed clients in
+	// progress at once (more wait in the kernel's accept queue). 0 means
+	// cm.DefaultMaxHandshakes.
+	MaxHandshakes int
+	// MaxHandshakesPerClient bounds the MPA handshakes in progress (TCP
+	// accepted, Request not yet complete) from one client address; more
+	// are closed at once. 0 means DefaultMaxHandshakesPerClient.
+	MaxHandshakesPerClient int
+	// RefusedRequestTimeout is how long a connection from a source the
+	// rules refuse (outside Allow, or at a connection cap when TCP
+	// accepts) has to send its MPA Request, so that it is answered with
+	// its reason; such handshakes never hold a slot an allowed client
+	// needs. 0 means DefaultRefusedRequestTimeout.
+	RefusedRequestTimeout time.Duration
 }
 
 // Defaults.
@@ -93,6 +113,12 @@ const (
 	DefaultListen          = "127.0.0.1:7174"
 	DefaultMetrics         = "127.0.0.1:9174"
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxHandshakesPerClient is Config.MaxHandshakesPerClient's
+	// default.
+	DefaultMaxHandshakesPerClient = 16
+	// DefaultRefusedRequestTimeout is Config.RefusedRequestTimeout's
+	// default.
+	DefaultRefusedRequestTimeout = time.Second
 )
 
 // LoadSpec reads a TOML config file.
@@ -122,6 +148,7 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		LogLevel:          s.LogLevel,
 		ShutdownTimeout:   DefaultShutdownTimeout,
 	}
+	c.MaxHandshakes, c.MaxHandshakesPerClient = s.MaxHandshakes, s.MaxHandshakesPerClient
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -138,8 +165,15 @@ func (s *ConfigSpec) Build() (*Config, error) {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
-	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 {
+	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxHandshakes < 0 || s.MaxHandshakesPerClient < 0 {
 		return nil, errors.New("connection limits must not be negative")
+	}
+	if s.RefusedRequestTimeout != "" {
+		d, err := time.ParseDuration(s.RefusedRequestTimeout)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("refused request timeout %q: want a positive duration", s.RefusedRequestTimeout)
+		}
+		c.RefusedRequestTimeout = d
 	}
 	if s.ShutdownTimeout != "" {
 		d, err := time.ParseDuration(s.ShutdownTimeout)

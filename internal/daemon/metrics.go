@@ -14,6 +14,7 @@ type Metrics struct {
 	Registry    *prometheus.Registry
 	Connections prometheus.Gauge
 	Handshakes  *prometheus.CounterVec // result=accepted|rejected|failed, reason
+	Admissions  *prometheus.CounterVec // class=allowed|refused, decided at TCP accept
 	Bytes       *prometheus.CounterVec // dir=rx|tx, opcode
 	Ops         *prometheus.CounterVec // dir=rx|tx, opcode
 	Terminates  *prometheus.CounterVec // dir=sent|received, layer, etype, ecode
@@ -34,6 +35,10 @@ func NewMetrics() *Metrics {
 		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "siwd_handshakes_total", Help: "MPA handshakes by result (accepted, rejected, failed) and reason.",
 		}, []string{"result", "reason"}),
+		Admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "siwd_admissions_total",
+			Help: "TCP connections by the class given at accept from the source address: allowed, or refused (short deadline, apart from the allowed).",
+		}, []string{"class"}),
 		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "siwd_bytes_total", Help: "Payload bytes by direction and RDMAP opcode.",
 		}, []string{"dir", "opcode"}),
@@ -51,7 +56,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.Connections, m.Handshakes, m.Bytes, m.Ops, m.Terminates, m.QPs, m.CQs, m.OpLatency,
+	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.CQs, m.OpLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -171,7 +171,12 @@ func (s *Server) Healthy() error {
 
 // Listen starts listening; Serve then serves.
 func (s *Server) Listen(ctx context.Context) error {
+	perClient := s.cfg.MaxHandshakesPerClient
+	if perClient == 0 {
+		perClient = DefaultMaxHandshakesPerClient
+	}
 	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: s.lg, MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
+		Admit: s.admit, MaxHandshakesPerSource: perClient, MaxHandshakes: s.cfg.MaxHandshakes,
 		OnRefused: func(_ net.Addr, reason string) { s.m.Handshakes.WithLabelValues("failed", reason).Inc() }})
 	if err != nil {
 		return err
@@ -181,6 +186,23 @@ func (s *Server) Listen(ctx context.Context) error {
 	s.mu.Unlock()
 	s.lg.Info("listening", zap.Stringer("addr", ln.Addr()))
 	return nil
+}
+
+// admit decides at TCP accept, by source address alone, how a connection's
+// handshake is run: a source the rules refuse now gets a short deadline for
+// its Request and a handshake slot apart from the allowed clients' (see
+// cm.Admission); the rules are checked again, and counted, on the Request.
+func (s *Server) admit(remote netip.AddrPort) cm.Admission {
+	if s.acl.Check(remote.Addr()) == nil {
+		s.m.Admissions.WithLabelValues("allowed").Inc()
+		return cm.Admission{}
+	}
+	s.m.Admissions.WithLabelValues("refused").Inc()
+	d := s.cfg.RefusedRequestTimeout
+	if d == 0 {
+		d = DefaultRefusedRequestTimeout
+	}
+	return cm.Admission{Untrusted: true, RequestTimeout: d}
 }
 
 // Serve accepts requests until ctx ends, then stops accepting, disconnects
