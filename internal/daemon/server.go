@@ -39,9 +39,10 @@ const (
 	PerfPrefix   = "gosiw-perf/1"
 )
 
-// PerfService serves one perf connection; package perf provides it (set
-// by cmd/siwd to keep this package free of it).
-type PerfService func(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *Metrics) error
+// PerfService serves one perf connection, answering ss's request through
+// ss (Accept or Reject); package perf provides it (set by cmd/siwd to keep
+// this package free of it). ctx ends when siwd shuts down.
+type PerfService func(ctx context.Context, ss *Session, pd *rdmap.PD, m *Metrics) error
 
 // Server is a running siwd.
 type Server struct {
@@ -79,7 +80,7 @@ func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: lg})
+	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: quiet(lg)})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func (s *Server) Listen(ctx context.Context) error {
 	if perClient == 0 {
 		perClient = DefaultMaxHandshakesPerClient
 	}
-	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: s.lg, MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
+	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: quiet(s.lg), MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
 		Admit: s.admit, MaxHandshakesPerSource: perClient, MaxHandshakes: s.cfg.MaxHandshakes,
 		OnRefused: func(_ net.Addr, reason string) { s.m.Handshakes.WithLabelValues("failed", reason).Inc() }})
 	if err != nil {
@@ -267,96 +268,54 @@ func (s *Server) shutdown() error {
 	return nil
 }
 
-func (s *Server) refuse(req *cm.Request, kind, reason string) {
-	s.m.Handshakes.WithLabelValues("rejected", kind).Inc()
-	s.lg.Info("refused", zap.Stringer("remote", req.RemoteAddr), zap.String("why", kind), zap.String("reason", reason))
-	req.Reject([]byte(reason))
-}
-
 func (s *Server) handle(ctx context.Context, req *cm.Request) {
+	ss := &Session{s: s, req: req, lg: s.lg.With(zap.Stringer("remote", req.RemoteAddr))}
 	ap, _ := netip.ParseAddrPort(req.RemoteAddr.String())
 	release, refused := s.acl.Admit(ap.Addr())
 	if refused != nil {
-		s.refuse(req, refused.Kind, refused.Reason)
+		ss.Reject(refused.Kind, refused.Reason)
 		return
 	}
+	ss.release = release
 	pd := req.PrivateData
 	var serve func() error
 	switch {
 	case len(pd) == 0:
-		serve = func() error { return s.serveRping(ctx, req) }
+		ss.service = "rping"
+		serve = func() error { return s.serveRping(ctx, ss) }
 	case bytes.HasPrefix(pd, []byte(RegionPrefix)):
-		serve = func() error { return s.serveRegion(ctx, req, string(pd[len(RegionPrefix):])) }
+		ss.service = "region"
+		serve = func() error { return s.serveRegion(ctx, ss, string(pd[len(RegionPrefix):])) }
 	case bytes.HasPrefix(pd, []byte(PerfPrefix)) && s.Perf != nil:
-		serve = func() error {
-			s.m.Connections.Inc()
-			defer s.m.Connections.Dec()
-			return s.Perf(s.stopping, req, s.dev.AllocPD(), s.m)
-		}
+		ss.service = "perf"
+		serve = func() error { return s.Perf(s.stopping, ss, s.dev.AllocPD(), s.m) }
 	default:
-		release()
-		s.refuse(req, "unknown_service", "gosiw siwd: unknown service in private data")
-		return
-	}
-	defer release()
-	if err := serve(); err != nil && !errors.Is(err, context.Canceled) {
-		s.lg.Info("connection ended with error", zap.Stringer("remote", req.RemoteAddr), zap.Error(err))
-	}
-}
-
-// track registers an accepted connection for shutdown and metrics.
-func (s *Server) track(c *cm.Conn, qp *rdmap.QP) func() {
-	s.m.Handshakes.WithLabelValues("accepted", "").Inc()
-	s.m.Connections.Inc()
-	s.m.QPs.Inc()
-	s.m.CQs.Inc()
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	s.lg.Info("established", zap.Stringer("remote", c.RemoteAddr), zap.Uint32("qpn", qp.QPN()),
-		zap.Bool("crc", c.Params.CRC), zap.Int("ird", c.Params.IRD), zap.Int("ord", c.Params.ORD))
-	return func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.m.Connections.Dec()
-		s.m.QPs.Dec()
-		s.m.CQs.Dec()
-		st := qp.Stats()
-		s.m.Terminates.WithLabelValues("sent", "", "", "").Add(float64(st.TerminatesSent))
-		s.m.Terminates.WithLabelValues("received", "", "", "").Add(float64(st.TerminatesRecvd))
-		var te *rdmap.TerminateError
-		if err := qp.Err(); errors.As(err, &te) {
-			dir := "sent"
-			if te.Remote {
-				dir = "received"
-			}
-			s.m.Terminates.WithLabelValues(dir, te.Layer.String(), rdmap.ETypeName(te.Layer, te.EType),
-				rdmap.CodeName(te.Layer, te.EType, te.Code)).Inc()
+		ss.service = "unknown"
+		serve = func() error {
+			ss.Reject("unknown_service", "gosiw siwd: unknown service in private data")
+			return nil
 		}
-		s.lg.Info("closed", zap.Stringer("remote", c.RemoteAddr), zap.Uint32("qpn", qp.QPN()),
-			zap.Uint64("tx_bytes", st.TxBytes), zap.Uint64("rx_bytes", st.RxBytes), zap.NamedError("cause", qp.Err()))
 	}
+	ss.lg = ss.lg.With(zap.String("service", ss.service))
+	ss.end(serve())
 }
 
-func (s *Server) serveRping(ctx context.Context, req *cm.Request) error {
+func (s *Server) serveRping(ctx context.Context, ss *Session) error {
+	req := ss.Request()
 	e, err := rping.NewEndpoint(s.dev.AllocPD(), rping.MaxSize, false)
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
 	defer e.Close()
 	if err := e.Arm(); err != nil {
-		req.Reject(nil)
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
-	conn, err := req.Accept(cm.ConnParam{QP: e.QP, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1)})
+	conn, err := ss.Accept(cm.ConnParam{QP: e.QP, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1)})
 	if err != nil {
-		s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
 		return err
 	}
-	untrack := s.track(conn, e.QP)
-	defer untrack()
 	defer conn.Close()
 	var last time.Time
 	n, err := e.Server(ctx, func(i int, data []byte) {
@@ -374,7 +333,7 @@ func (s *Server) serveRping(ctx context.Context, req *cm.Request) error {
 		s.m.Bytes.WithLabelValues("rx", "send").Add(2 * rping.MsgLen)
 		s.m.Bytes.WithLabelValues("tx", "send").Add(2 * rping.MsgLen)
 	})
-	s.lg.Info("rping served", zap.Stringer("remote", req.RemoteAddr), zap.Int("pings", n))
+	ss.lg.Debug("rping served", zap.Int("pings", n))
 	return err
 }
 
@@ -397,10 +356,11 @@ func ParseRegionReply(pd []byte) (stag rdmap.STag, size int64, acc Access, err e
 	return rdmap.STag(st), size, acc, err
 }
 
-func (s *Server) serveRegion(ctx context.Context, req *cm.Request, name string) error {
+func (s *Server) serveRegion(ctx context.Context, ss *Session, name string) error {
+	req := ss.Request()
 	r := s.regions[name]
 	if r == nil {
-		s.refuse(req, "no_region", fmt.Sprintf("gosiw siwd: no region named %.64q", name))
+		ss.Reject("no_region", fmt.Sprintf("gosiw siwd: no region named %.64q", name))
 		return nil
 	}
 	pd := s.dev.AllocPD()
@@ -413,30 +373,27 @@ func (s *Server) serveRegion(ctx context.Context, req *cm.Request, name string) 
 	}
 	mr, err := pd.RegisterMemory(r.mem, acc)
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: cannot register the region")
+		ss.Reject("resources", "gosiw siwd: cannot register the region")
 		return err
 	}
 	defer mr.Deregister()
 	cq, err := s.dev.CreateCQ(16)
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
 	defer cq.Close()
 	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
 	defer qp.Close()
-	conn, err := req.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
+	conn, err := ss.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
 		PrivateData: []byte(RegionReply(mr.STag(), r.Size, r.Access))})
 	if err != nil {
-		s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
 		return err
 	}
-	untrack := s.track(conn, qp)
-	defer untrack()
 	defer conn.Close()
 	select {
 	case <-conn.Done():

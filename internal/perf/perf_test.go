@@ -302,34 +302,24 @@ func TestReject(t *testing.T) {
 	}
 }
 
-// TestService runs the test through Service as siwd calls it, and checks
-// the metrics it keeps.
+// TestService runs the test through Service as siwd calls it (a daemon
+// Server with Perf set), and checks the metrics it keeps.
 func TestService(t *testing.T) {
-	dev, _ := rdmap.NewDevice(nil)
-	defer dev.Close()
 	ctx := testCtx(t)
-	ln, err := cm.Listen(ctx, "127.0.0.1:0", dev, &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}})
+	m := daemon.NewMetrics()
+	srv, err := daemon.New(&daemon.Config{Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, nil, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	m := daemon.NewMetrics()
+	srv.Perf = Service
+	sctx, stop := context.WithCancel(ctx)
+	if err := srv.Listen(sctx); err != nil {
+		stop()
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
-	go func() {
-		for i := 0; i < 3; i++ {
-			req, err := ln.Accept(ctx)
-			if err != nil {
-				served <- err
-				return
-			}
-			// siwd's context outlives the connection.
-			if err := Service(context.WithoutCancel(ctx), req, dev.AllocPD(), m); err != nil {
-				served <- err
-				return
-			}
-		}
-		served <- nil
-	}()
+	go func() { served <- srv.Serve(sctx) }()
+	ln := srv
 	var sent, wrote, read uint64
 	for _, op := range []Op{OpSend, OpWrite, OpPingPong} {
 		res, err := Run(ctx, ln.Addr().String(), &Options{Op: op, Size: 4096, Duration: 100 * time.Millisecond, Interval: -1})
@@ -348,8 +338,12 @@ func TestService(t *testing.T) {
 			read = res.Sum.Ops
 		}
 	}
+	stop()
 	if err := <-served; err != nil {
 		t.Fatal(err)
+	}
+	if got := counter(t, m, "siwd_handshakes_total", "", ""); got != 3 {
+		t.Errorf("%v handshakes counted, want 3", got)
 	}
 	if got := counter(t, m, "siwd_bytes_total", "rx", "send"); got != float64(sent+read*4096) {
 		t.Errorf("rx send bytes %v, want %d", got, sent+read*4096)

@@ -43,15 +43,25 @@ type ConnInfo struct {
 }
 
 // Service serves one perf Request that siwd has taken: it accepts it (or
-// rejects it with a readable reason of at most MaxPrivateData bytes),
+// rejects it with a readable reason of at most MaxPrivateData bytes)
+// through ss, which counts and logs the connection as siwd does every one,
 // serves the test until the client disconnects or the connection ends,
 // and returns. ctx being done disconnects the connection gracefully. m,
 // when not nil, counts the operations and bytes served (dir/opcode) and
 // the pingpong echo latency (op "perf_pingpong"); write and read are
 // counted when the test ends.
-func Service(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Metrics) error {
-	_, err := serveConn(ctx, req, pd, m, 0, nil)
+func Service(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Metrics) error {
+	ans := answer{accept: ss.Accept, reject: func(reason []byte) { ss.Reject("perf", string(reason)) }}
+	_, err := serveConn(ctx, ss.Request(), ans, pd, m, 0, nil)
 	return err
+}
+
+// answer is how serveConn answers its request: through siwd's Session
+// (which counts and logs the connection) or, standalone, the request's
+// own methods.
+type answer struct {
+	accept func(cm.ConnParam) (*cm.Conn, error)
+	reject func(reason []byte)
 }
 
 // ServerConfig configures a standalone responder (Serve). The zero value
@@ -118,8 +128,20 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			return err
 		}
+		ans := answer{accept: req.Accept, reject: func(reason []byte) { req.Reject(reason) }}
+		if m := s.cfg.Metrics; m != nil {
+			ans.accept = func(p cm.ConnParam) (*cm.Conn, error) {
+				c, err := req.Accept(p)
+				if err != nil {
+					m.Handshakes.WithLabelValues("failed", "accept").Inc()
+					return nil, err
+				}
+				m.Handshakes.WithLabelValues("accepted", "").Inc()
+				return c, nil
+			}
+		}
 		wg.Go(func() {
-			info, err := serveConn(ctx, req, s.dev.AllocPD(), s.cfg.Metrics, id, s.cfg.OnConn)
+			info, err := serveConn(ctx, req, ans, s.dev.AllocPD(), s.cfg.Metrics, id, s.cfg.OnConn)
 			if s.cfg.OnConn != nil && info.Event != "refused" {
 				info.Event, info.Err = "ended", err
 				s.cfg.OnConn(info)
@@ -212,12 +234,12 @@ func add(c prometheus.Counter, v uint64) {
 
 // serveConn answers req and serves the connection. It returns what
 // OnConn is told at the end.
-func serveConn(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Metrics, id int, onConn func(ConnInfo)) (ConnInfo, error) {
+func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m *daemon.Metrics, id int, onConn func(ConnInfo)) (ConnInfo, error) {
 	info := ConnInfo{ID: id, Transport: "gosiw", Remote: req.RemoteAddr}
 	refuse := func(err error) (ConnInfo, error) {
 		reason := RejectText(err)
 		info.Event, info.Reason = "refused", string(reason)
-		req.Reject(reason)
+		ans.reject(reason)
 		if onConn != nil {
 			onConn(info)
 		}
@@ -234,18 +256,11 @@ func serveConn(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Met
 	}
 	defer release()
 	reply := AppendReply(nil, &Reply{STag: r.stag(), Len: len(r.buf), Recvs: r.recvs})
-	conn, err := req.Accept(cm.ConnParam{QP: r.qp, IRD: clampIRDORD(req.ORD), ORD: clampIRDORD(req.IRD), PrivateData: reply})
+	conn, err := ans.accept(cm.ConnParam{QP: r.qp, IRD: clampIRDORD(req.ORD), ORD: clampIRDORD(req.IRD), PrivateData: reply})
 	if err != nil {
 		return info, fmt.Errorf("perf: accept %v: %w", req.RemoteAddr, err)
 	}
 	defer conn.Close()
-	if m != nil {
-		m.Handshakes.WithLabelValues("accepted", "").Inc()
-		m.QPs.Inc()
-		m.CQs.Inc()
-		defer m.QPs.Dec()
-		defer m.CQs.Dec()
-	}
 	start := time.Now()
 	info.Event, info.CRC = "accepted", conn.Params.CRC
 	if onConn != nil {

@@ -1,0 +1,174 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/rdmap"
+)
+
+// Session is one request a service answers, as siwd tracks it. A service
+// answers its request only through the Session (Accept or Reject, at most
+// once), never through the cm.Request itself, so that every connection is
+// counted and logged the same way whatever the service: one INFO line when
+// it is refused, or one when it opens and one when it closes (with its
+// outcome and byte counts); the handshake, connection, QP, CQ and
+// Terminate metrics. A Session belongs to the goroutine that serves its
+// request; it ends when the service returns.
+type Session struct {
+	s       *Server
+	req     *cm.Request
+	service string
+	lg      *zap.Logger
+
+	start    time.Time
+	conn     *cm.Conn
+	qp       *rdmap.QP
+	answered bool
+	release  func() // gives back what the session holds, when it ends
+}
+
+// Request returns the request the session answers. Answer it through
+// Accept or Reject, not through its own methods.
+func (ss *Session) Request() *cm.Request { return ss.req }
+
+// Reject refuses the request with a readable reason (at most
+// MaxReasonLen bytes; longer is cut) as MPA reject private data. kind is
+// the reason label of siwd_handshakes_total{result="rejected"}.
+func (ss *Session) Reject(kind, reason string) {
+	if ss.answered {
+		return
+	}
+	ss.answered = true
+	if len(reason) > MaxReasonLen {
+		reason = reason[:MaxReasonLen]
+	}
+	ss.s.m.Handshakes.WithLabelValues("rejected", kind).Inc()
+	ss.lg.Info("refused", zap.String("why", kind), zap.String("reason", reason))
+	_ = ss.req.Reject([]byte(reason))
+}
+
+// Accept accepts the request with p (cm.Request.Accept); p.QP must be an
+// *rdmap.QP. A failed accept is counted (siwd_handshakes_total{result=
+// "failed",reason="accept"}) and logged; on success the connection is
+// tracked from now until the service returns: counted in the gauges,
+// disconnected on shutdown, its QP's statistics and error read when it
+// ends. A failed accept that sent nothing (parameters refused) is
+// answered with a reject. The service closes the connection and the QP as before; the QP
+// must stay readable (not garbage, Stats and Err callable) until the
+// service returns.
+func (ss *Session) Accept(p cm.ConnParam) (*cm.Conn, error) {
+	if ss.answered {
+		return nil, errors.New("siwd: session: the request is answered already")
+	}
+	qp, _ := p.QP.(*rdmap.QP)
+	var conn *cm.Conn
+	err := errors.New("siwd: session: accept without an rdmap QP")
+	if qp != nil {
+		conn, err = ss.req.Accept(p)
+	}
+	if err != nil {
+		ss.s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
+		ss.lg.Info("accept failed", zap.Error(err))
+		if ss.req.ID().State() == cm.StateConnRecv {
+			// Refused before anything was sent: the client gets a
+			// reject rather than a wait.
+			_ = ss.req.Reject([]byte("gosiw siwd: cannot accept the request"))
+		}
+		ss.answered = true
+		return nil, err
+	}
+	ss.answered = true
+	ss.conn, ss.qp, ss.start = conn, qp, time.Now()
+	s := ss.s
+	s.m.Handshakes.WithLabelValues("accepted", "").Inc()
+	s.m.Connections.Inc()
+	s.m.QPs.Inc()
+	s.m.CQs.Inc()
+	s.mu.Lock()
+	s.conns[conn] = struct{}{}
+	s.mu.Unlock()
+	ss.lg = ss.lg.With(zap.Uint32("qpn", qp.QPN()))
+	ss.lg.Info("established", zap.Bool("crc", conn.Params.CRC), zap.Int("ird", conn.Params.IRD), zap.Int("ord", conn.Params.ORD))
+	return conn, nil
+}
+
+// end closes the session once its service has returned err.
+func (ss *Session) end(err error) {
+	if ss.release != nil {
+		ss.release()
+	}
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	if ss.conn == nil {
+		if !ss.answered {
+			// A service that returned without an answer: the request
+			// is refused rather than left waiting.
+			ss.Reject("internal", "gosiw siwd: the service could not answer")
+		}
+		if err != nil {
+			ss.lg.Debug("service ended before a connection", zap.Error(err))
+		}
+		return
+	}
+	s, qp := ss.s, ss.qp
+	s.mu.Lock()
+	delete(s.conns, ss.conn)
+	s.mu.Unlock()
+	s.m.Connections.Dec()
+	s.m.QPs.Dec()
+	s.m.CQs.Dec()
+	st := qp.Stats()
+	s.m.Terminates.WithLabelValues("sent", "", "", "").Add(float64(st.TerminatesSent))
+	s.m.Terminates.WithLabelValues("received", "", "", "").Add(float64(st.TerminatesRecvd))
+	outcome := "ok"
+	cause := qp.Err()
+	var te *rdmap.TerminateError
+	if errors.As(cause, &te) {
+		dir := "sent"
+		if te.Remote {
+			dir = "received"
+		}
+		s.m.Terminates.WithLabelValues(dir, te.Layer.String(), rdmap.ETypeName(te.Layer, te.EType),
+			rdmap.CodeName(te.Layer, te.EType, te.Code)).Inc()
+		outcome = "terminate_" + dir
+	}
+	if err != nil {
+		outcome = "error"
+	}
+	ss.lg.Info("closed", zap.String("outcome", outcome), zap.Duration("duration", time.Since(ss.start)),
+		zap.Uint64("tx_bytes", st.TxBytes), zap.Uint64("rx_bytes", st.RxBytes),
+		zap.NamedError("cause", cause), zap.Error(err))
+}
+
+// debugCore logs Info entries at Debug: the libraries' lifecycle lines
+// (cm's listen/established/rejected, rdmap's) would repeat siwd's own one
+// line per connection.
+type debugCore struct{ zapcore.Core }
+
+func demote(l zapcore.Level) zapcore.Level {
+	if l == zapcore.InfoLevel {
+		return zapcore.DebugLevel
+	}
+	return l
+}
+
+func (c debugCore) Enabled(l zapcore.Level) bool { return c.Core.Enabled(demote(l)) }
+
+func (c debugCore) With(f []zapcore.Field) zapcore.Core { return debugCore{c.Core.With(f)} }
+
+func (c debugCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	e.Level = demote(e.Level)
+	return c.Core.Check(e, ce)
+}
+
+// quiet returns lg with its Info lines at Debug.
+func quiet(lg *zap.Logger) *zap.Logger {
+	return lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return debugCore{c} }))
+}
