@@ -78,6 +78,8 @@ type ConfigSpec struct {
 	MaxHandshakes          int    `toml:"max_handshakes"`
 	MaxHandshakesPerClient int    `toml:"max_handshakes_per_client"`
 	RefusedRequestTimeout  string `toml:"refused_request_timeout"`
+	MemoryBudget           string `toml:"memory_budget"`   // a size: "256MiB"
+	MemoryPerConn          string `toml:"memory_per_conn"` // a size: "64MiB"
 }
 
 // Config is siwd's validated runtime configuration.
@@ -106,6 +108,14 @@ type Config struct {
 	// its reason; such handshakes never hold a slot an allowed client
 	// needs. 0 means DefaultRefusedRequestTimeout.
 	RefusedRequestTimeout time.Duration
+	// MemoryBudget bounds the memory that connections map for their
+	// buffers (perf's, rping's), all together; a request that would go
+	// past it is rejected with a readable reason. Exported regions are
+	// not part of it. 0 means DefaultMemoryBudget.
+	MemoryBudget int64
+	// MemoryPerConn bounds the memory one connection maps for its
+	// buffers (at most MemoryBudget). 0 means DefaultMemoryPerConn.
+	MemoryPerConn int64
 }
 
 // Defaults.
@@ -119,6 +129,11 @@ const (
 	// DefaultRefusedRequestTimeout is Config.RefusedRequestTimeout's
 	// default.
 	DefaultRefusedRequestTimeout = time.Second
+	// DefaultMemoryBudget is Config.MemoryBudget's default: what a small
+	// machine can spare.
+	DefaultMemoryBudget = 256 << 20
+	// DefaultMemoryPerConn is Config.MemoryPerConn's default.
+	DefaultMemoryPerConn = 64 << 20
 )
 
 // LoadSpec reads a TOML config file.
@@ -167,6 +182,20 @@ func (s *ConfigSpec) Build() (*Config, error) {
 	}
 	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxHandshakes < 0 || s.MaxHandshakesPerClient < 0 {
 		return nil, errors.New("connection limits must not be negative")
+	}
+	for _, b := range []struct {
+		v    string
+		to   *int64
+		name string
+	}{{s.MemoryBudget, &c.MemoryBudget, "memory budget"}, {s.MemoryPerConn, &c.MemoryPerConn, "memory per connection"}} {
+		if b.v == "" {
+			continue
+		}
+		n, err := ParseSize(b.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.name, err)
+		}
+		*b.to = n
 	}
 	if s.RefusedRequestTimeout != "" {
 		d, err := time.ParseDuration(s.RefusedRequestTimeout)

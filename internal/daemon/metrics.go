@@ -19,6 +19,7 @@ type Metrics struct {
 	Ops         *prometheus.CounterVec // dir=rx|tx, opcode
 	Terminates  *prometheus.CounterVec // dir=sent|received, layer, etype, ecode
 	QPs         prometheus.Gauge
+	Memory      prometheus.Gauge // bytes of the memory budget reserved
 	CQs         prometheus.Gauge
 	OpLatency   *prometheus.HistogramVec // op
 }
@@ -49,6 +50,8 @@ func NewMetrics() *Metrics {
 			Name: "siwd_terminates_total", Help: "Terminate messages sent and received by layer, error type and code.",
 		}, []string{"dir", "layer", "etype", "ecode"}),
 		QPs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_qps", Help: "Queue pairs in use."}),
+		Memory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_memory_reserved_bytes",
+			Help: "Bytes of the memory budget that connections hold for their buffers."}),
 		CQs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_cqs", Help: "Completion queues in use."}),
 		OpLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "siwd_operation_latency_seconds",
@@ -56,7 +59,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.CQs, m.OpLatency,
+	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.Memory, m.CQs, m.OpLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

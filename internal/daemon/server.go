@@ -60,10 +60,15 @@ type Server struct {
 	stopping context.Context
 	stop     context.CancelFunc
 
-	mu    sync.Mutex
-	ln    *cm.Listener
-	conns map[*cm.Conn]struct{}
-	wg    sync.WaitGroup
+	// memBudget and memPerConn are the memory budget (Config); memUsed
+	// is what sessions hold of it (under mu).
+	memBudget, memPerConn int64
+
+	mu      sync.Mutex
+	ln      *cm.Listener
+	conns   map[*cm.Conn]struct{}
+	memUsed int64
+	wg      sync.WaitGroup
 }
 
 type region struct {
@@ -87,6 +92,14 @@ func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
 	s := &Server{cfg: cfg, lg: lg, dev: dev, m: m, acl: NewACL(cfg.Allow, cfg.MaxConns, cfg.MaxConnsPerClient),
 		regions: map[string]*region{}, conns: map[*cm.Conn]struct{}{}}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.memBudget, s.memPerConn = cfg.MemoryBudget, cfg.MemoryPerConn
+	if s.memBudget == 0 {
+		s.memBudget = DefaultMemoryBudget
+	}
+	if s.memPerConn == 0 {
+		s.memPerConn = DefaultMemoryPerConn
+	}
+	s.memPerConn = min(s.memPerConn, s.memBudget)
 	for _, r := range cfg.Regions {
 		reg, err := s.mapRegion(r)
 		if err != nil {
@@ -302,6 +315,11 @@ func (s *Server) handle(ctx context.Context, req *cm.Request) {
 
 func (s *Server) serveRping(ctx context.Context, ss *Session) error {
 	req := ss.Request()
+	// The endpoint's buffers: the ping it reads and the one it writes.
+	if err := ss.Reserve(2 * rping.MaxSize); err != nil {
+		ss.Reject("memory", err.Error())
+		return err
+	}
 	e, err := rping.NewEndpoint(s.dev.AllocPD(), rping.MaxSize, false)
 	if err != nil {
 		ss.Reject("resources", "gosiw siwd: out of resources")

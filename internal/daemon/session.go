@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +28,7 @@ type Session struct {
 	lg      *zap.Logger
 
 	start    time.Time
+	reserved int64 // bytes of the memory budget this session holds
 	conn     *cm.Conn
 	qp       *rdmap.QP
 	answered bool
@@ -36,6 +38,33 @@ type Session struct {
 // Request returns the request the session answers. Answer it through
 // Accept or Reject, not through its own methods.
 func (ss *Session) Request() *cm.Request { return ss.req }
+
+// MemoryLimit returns the most memory one connection may Reserve in all
+// (Config.MemoryPerConn).
+func (ss *Session) MemoryLimit() int64 { return ss.s.memPerConn }
+
+// Reserve takes n bytes of siwd's memory budget for this connection, for
+// buffers the service maps for it, until the session ends (when the
+// service has returned and freed them). It takes nothing and fails, with
+// an error whose text is a readable reject reason (use it in Reject), when
+// n would take the connection past Config.MemoryPerConn or siwd's
+// connections together past Config.MemoryBudget.
+func (ss *Session) Reserve(n int64) error {
+	s := ss.s
+	if n < 0 || ss.reserved+n > s.memPerConn {
+		return fmt.Errorf("gosiw siwd: %d bytes of buffers asked; the limit per connection is %d", ss.reserved+n, s.memPerConn)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.memUsed+n > s.memBudget {
+		return fmt.Errorf("gosiw siwd: %d bytes of buffers asked; %d of the server's budget of %d are free now",
+			n, s.memBudget-s.memUsed, s.memBudget)
+	}
+	s.memUsed += n
+	ss.reserved += n
+	s.m.Memory.Set(float64(s.memUsed))
+	return nil
+}
 
 // Reject refuses the request with a readable reason (at most
 // MaxReasonLen bytes; longer is cut) as MPA reject private data. kind is
@@ -102,6 +131,12 @@ func (ss *Session) Accept(p cm.ConnParam) (*cm.Conn, error) {
 func (ss *Session) end(err error) {
 	if ss.release != nil {
 		ss.release()
+	}
+	if ss.reserved > 0 {
+		ss.s.mu.Lock()
+		ss.s.memUsed -= ss.reserved
+		ss.s.m.Memory.Set(float64(ss.s.memUsed))
+		ss.s.mu.Unlock()
 	}
 	if errors.Is(err, context.Canceled) {
 		err = nil

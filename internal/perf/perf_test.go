@@ -306,20 +306,7 @@ func TestReject(t *testing.T) {
 // Server with Perf set), and checks the metrics it keeps.
 func TestService(t *testing.T) {
 	ctx := testCtx(t)
-	m := daemon.NewMetrics()
-	srv, err := daemon.New(&daemon.Config{Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}, nil, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Perf = Service
-	sctx, stop := context.WithCancel(ctx)
-	if err := srv.Listen(sctx); err != nil {
-		stop()
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx) }()
-	ln := srv
+	ln, m, stop := startSiwd(t, &daemon.Config{})
 	var sent, wrote, read uint64
 	for _, op := range []Op{OpSend, OpWrite, OpPingPong} {
 		res, err := Run(ctx, ln.Addr().String(), &Options{Op: op, Size: 4096, Duration: 100 * time.Millisecond, Interval: -1})
@@ -339,9 +326,6 @@ func TestService(t *testing.T) {
 		}
 	}
 	stop()
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
 	if got := counter(t, m, "siwd_handshakes_total", "", ""); got != 3 {
 		t.Errorf("%v handshakes counted, want 3", got)
 	}

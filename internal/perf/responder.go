@@ -51,7 +51,8 @@ type ConnInfo struct {
 // the pingpong echo latency (op "perf_pingpong"); write and read are
 // counted when the test ends.
 func Service(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Metrics) error {
-	ans := answer{accept: ss.Accept, reject: func(reason []byte) { ss.Reject("perf", string(reason)) }}
+	ans := answer{accept: ss.Accept, reject: func(reason []byte) { ss.Reject("perf", string(reason)) },
+		limit: ss.MemoryLimit(), reserve: ss.Reserve}
 	_, err := serveConn(ctx, ss.Request(), ans, pd, m, 0, nil)
 	return err
 }
@@ -62,6 +63,11 @@ func Service(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Me
 type answer struct {
 	accept func(cm.ConnParam) (*cm.Conn, error)
 	reject func(reason []byte)
+	// limit bounds the buffers of the connection (MaxBuffer when 0);
+	// reserve, when set, takes them from siwd's memory budget, or says
+	// why not.
+	limit   int64
+	reserve func(n int64) error
 }
 
 // ServerConfig configures a standalone responder (Serve). The zero value
@@ -250,7 +256,7 @@ func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m
 		return refuse(err)
 	}
 	info.Params = p
-	r, release, err := newResponder(pd, p)
+	r, release, err := newResponder(pd, p, ans)
 	if err != nil {
 		return refuse(fmt.Errorf("responder out of resources: %v", err))
 	}
@@ -301,9 +307,14 @@ func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m
 func clampIRDORD(n int) int { return min(max(n, 1), rdmap.MaxIRDORD) }
 
 // newResponder allocates the buffers, CQ and QP for p and posts the
-// receives. release frees them (after the QP is closed).
-func newResponder(pd *rdmap.PD, p Params) (*responder, func(), error) {
+// receives: at most ans.limit bytes of buffers (MaxBuffer when 0), taken
+// from ans.reserve when set. release frees them (after the QP is closed).
+func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error) {
 	r := &responder{p: p, ctrl: make([]byte, 0, ctrlLen)}
+	limit := MaxBuffer
+	if ans.limit > 0 {
+		limit = int(min(ans.limit, MaxBuffer))
+	}
 	bufLen := 0
 	switch p.Op {
 	case OpWrite, OpRead:
@@ -311,13 +322,19 @@ func newResponder(pd *rdmap.PD, p Params) (*responder, func(), error) {
 		r.recvs, r.slotLen = 2, ctrlLen
 	case OpSend:
 		r.slotLen = max(p.Size, ctrlLen)
-		r.recvs = min(max(2*p.Depth, 4), 512, MaxBuffer/r.slotLen)
+		r.recvs = min(max(2*p.Depth, 4), 512, limit/r.slotLen)
 	case OpPingPong:
 		r.slotLen = max(p.Size, ctrlLen)
 		r.recvs = 4
 	}
-	if r.recvs < 2 || bufLen+r.recvs*r.slotLen > MaxBuffer {
-		return nil, nil, fmt.Errorf("%d bytes of buffers over the limit of %d", bufLen+r.recvs*r.slotLen, MaxBuffer)
+	need := bufLen + max(r.recvs, 2)*r.slotLen
+	if r.recvs < 2 || need > limit {
+		return nil, nil, fmt.Errorf("%d bytes of buffers over the limit of %d per connection", need, limit)
+	}
+	if ans.reserve != nil {
+		if err := ans.reserve(int64(need)); err != nil {
+			return nil, nil, err
+		}
 	}
 	r.batch = (r.recvs + 3) / 4
 	var cleanup []func() error
