@@ -90,6 +90,13 @@ type Config struct {
 	// complete); a connection over it is closed at once, nothing read
 	// (OnRefused reason "source_limit"). 0 means no bound.
 	MaxHandshakesPerSource int
+	// KeepAlive configures TCP keepalive on the connections a listener
+	// accepts (net.ListenConfig.KeepAliveConfig): the zero value keeps
+	// Go's default, keepalive on (15 s idle, 15 s between probes, 9
+	// probes), so that a peer that vanished is found; with Enable set, its
+	// Idle, Interval and Count. NoKeepAlive turns keepalive off.
+	KeepAlive   net.KeepAliveConfig
+	NoKeepAlive bool
 	// Admit, when set, is asked about every inbound TCP connection as
 	// soon as it is accepted, before a byte is read, with the peer's
 	// address (an IPv4-mapped address unmapped); see Admission. It runs

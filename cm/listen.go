@@ -43,7 +43,10 @@ func (id *ID) listen(ctx context.Context, addr string, backlog int) error {
 	id.used = true // claims the ID while the socket is set up
 	id.mu.Unlock()
 
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAliveConfig: id.cfg.KeepAlive}
+	if id.cfg.NoKeepAlive {
+		lc.KeepAlive = -1
+	}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 
 	id.mu.Lock()

@@ -6,7 +6,7 @@
 //	     [--max-conns-per-client N] [--metrics ADDR]
 //	     [--region name=NAME,size=SIZE[,file=PATH],access=r|w|rw]...
 //	     [--log-format console|json] [--log-level LEVEL]
-//	     [--memory-budget SIZE] [--memory-per-conn SIZE]
+//	     [--memory-budget SIZE] [--memory-per-conn SIZE] [--idle-timeout DURATION]
 //
 // SIGTERM and SIGINT stop it gracefully; SIGHUP reloads the access rules
 // from the config file and the --allow flags.
@@ -41,7 +41,7 @@ type flags struct {
 	config, listen, metrics, logFormat, logLevel, shutdown string
 	allow, regions                                         []string
 	maxConns, maxPerClient                                 int
-	memBudget, memPerConn                                  string
+	memBudget, memPerConn, idle                            string
 }
 
 func newRootCmd() *cobra.Command {
@@ -69,6 +69,7 @@ func newRootCmd() *cobra.Command {
 	fl.StringVar(&f.shutdown, "shutdown-timeout", "", "how long a graceful stop may take (default 10s)")
 	fl.StringVar(&f.memBudget, "memory-budget", "", "memory all connections may map for their buffers (default 256MiB)")
 	fl.StringVar(&f.memPerConn, "memory-per-conn", "", "memory one connection may map for its buffers (default 64MiB)")
+	fl.StringVar(&f.idle, "idle-timeout", "", "disconnect a connection idle this long (default: never)")
 	return cmd
 }
 
@@ -114,6 +115,9 @@ func spec(cmd *cobra.Command, f *flags) (*daemon.ConfigSpec, error) {
 	}
 	if fl.Changed("memory-per-conn") {
 		s.MemoryPerConn = f.memPerConn
+	}
+	if fl.Changed("idle-timeout") {
+		s.IdleTimeout = f.idle
 	}
 	for _, r := range f.regions {
 		rs, err := daemon.ParseRegionFlag(r)

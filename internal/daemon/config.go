@@ -80,6 +80,8 @@ type ConfigSpec struct {
 	RefusedRequestTimeout  string `toml:"refused_request_timeout"`
 	MemoryBudget           string `toml:"memory_budget"`   // a size: "256MiB"
 	MemoryPerConn          string `toml:"memory_per_conn"` // a size: "64MiB"
+	IdleTimeout            string `toml:"idle_timeout"`    // "" or "0": none
+	TCPKeepAlive           string `toml:"tcp_keepalive"`   // "off", or the idle time before probes
 }
 
 // Config is siwd's validated runtime configuration.
@@ -116,6 +118,14 @@ type Config struct {
 	// MemoryPerConn bounds the memory one connection maps for its
 	// buffers (at most MemoryBudget). 0 means DefaultMemoryPerConn.
 	MemoryPerConn int64
+	// IdleTimeout, when positive, disconnects an established connection
+	// that has carried no FPDU either way for that long (it is noticed
+	// between once and twice that time after the last one). 0: no limit.
+	IdleTimeout time.Duration
+	// TCPKeepAlive is the idle time before TCP keepalive probes on
+	// accepted connections (then probes every TCPKeepAlive, 9 of them):
+	// 0 means Go's default, 15 s; negative turns keepalive off.
+	TCPKeepAlive time.Duration
 }
 
 // Defaults.
@@ -196,6 +206,24 @@ func (s *ConfigSpec) Build() (*Config, error) {
 			return nil, fmt.Errorf("%s: %w", b.name, err)
 		}
 		*b.to = n
+	}
+	if s.IdleTimeout != "" {
+		d, err := time.ParseDuration(s.IdleTimeout)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("idle timeout %q: want a duration (0: none)", s.IdleTimeout)
+		}
+		c.IdleTimeout = d
+	}
+	switch s.TCPKeepAlive {
+	case "":
+	case "off":
+		c.TCPKeepAlive = -1
+	default:
+		d, err := time.ParseDuration(s.TCPKeepAlive)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("tcp keepalive %q: want off or a positive duration", s.TCPKeepAlive)
+		}
+		c.TCPKeepAlive = d
 	}
 	if s.RefusedRequestTimeout != "" {
 		d, err := time.ParseDuration(s.RefusedRequestTimeout)

@@ -20,8 +20,10 @@ type Metrics struct {
 	Terminates  *prometheus.CounterVec // dir=sent|received, layer, etype, ecode
 	QPs         prometheus.Gauge
 	Memory      prometheus.Gauge // bytes of the memory budget reserved
-	CQs         prometheus.Gauge
-	OpLatency   *prometheus.HistogramVec // op
+	// IdleDisconnects counts connections the idle limit disconnected.
+	IdleDisconnects prometheus.Counter
+	CQs             prometheus.Gauge
+	OpLatency       *prometheus.HistogramVec // op
 }
 
 // NewMetrics creates the metrics on a new registry (with Go and process
@@ -52,6 +54,8 @@ func NewMetrics() *Metrics {
 		QPs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_qps", Help: "Queue pairs in use."}),
 		Memory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_memory_reserved_bytes",
 			Help: "Bytes of the memory budget that connections hold for their buffers."}),
+		IdleDisconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "siwd_idle_disconnects_total",
+			Help: "Established connections disconnected after the idle timeout without traffic."}),
 		CQs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_cqs", Help: "Completion queues in use."}),
 		OpLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "siwd_operation_latency_seconds",
@@ -59,7 +63,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.Memory, m.CQs, m.OpLatency,
+	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.Memory, m.IdleDisconnects, m.CQs, m.OpLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

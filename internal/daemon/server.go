@@ -191,6 +191,7 @@ func (s *Server) Listen(ctx context.Context) error {
 	}
 	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: quiet(s.lg), MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
 		Admit: s.admit, MaxHandshakesPerSource: perClient, MaxHandshakes: s.cfg.MaxHandshakes,
+		KeepAlive: keepAlive(s.cfg.TCPKeepAlive), NoKeepAlive: s.cfg.TCPKeepAlive < 0,
 		OnRefused: func(_ net.Addr, reason string) { s.m.Handshakes.WithLabelValues("failed", reason).Inc() }})
 	if err != nil {
 		return err
@@ -200,6 +201,15 @@ func (s *Server) Listen(ctx context.Context) error {
 	s.mu.Unlock()
 	s.lg.Info("listening", zap.Stringer("addr", ln.Addr()))
 	return nil
+}
+
+// keepAlive is the TCP keepalive of accepted connections for
+// Config.TCPKeepAlive.
+func keepAlive(d time.Duration) net.KeepAliveConfig {
+	if d <= 0 {
+		return net.KeepAliveConfig{}
+	}
+	return net.KeepAliveConfig{Enable: true, Idle: d, Interval: d, Count: 9}
 }
 
 // admit decides at TCP accept, by source address alone, how a connection's

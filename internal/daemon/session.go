@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,6 +34,8 @@ type Session struct {
 	qp       *rdmap.QP
 	answered bool
 	release  func() // gives back what the session holds, when it ends
+	idle     *time.Timer
+	idled    atomic.Bool // the idle limit disconnected the connection
 }
 
 // Request returns the request the session answers. Answer it through
@@ -123,8 +126,33 @@ func (ss *Session) Accept(p cm.ConnParam) (*cm.Conn, error) {
 	s.conns[conn] = struct{}{}
 	s.mu.Unlock()
 	ss.lg = ss.lg.With(zap.Uint32("qpn", qp.QPN()))
+	if d := s.cfg.IdleTimeout; d > 0 {
+		ss.watchIdle(d)
+	}
 	ss.lg.Info("established", zap.Bool("crc", conn.Params.CRC), zap.Int("ird", conn.Params.IRD), zap.Int("ord", conn.Params.ORD))
 	return conn, nil
+}
+
+// watchIdle disconnects the connection once it has carried no FPDU either
+// way for d: a timer checks the QP's FPDU counts every d.
+func (ss *Session) watchIdle(d time.Duration) {
+	activity := func() uint64 { st := ss.qp.Stats(); return st.RxFPDUs + st.TxFPDUs }
+	last := activity()
+	var t *time.Timer
+	set := make(chan struct{}) // t is set
+	t = time.AfterFunc(d, func() {
+		<-set
+		if now := activity(); now != last {
+			last = now
+			t.Reset(d)
+			return
+		}
+		ss.idled.Store(true)
+		ss.lg.Debug("idle: disconnecting", zap.Duration("idle_timeout", d))
+		_ = ss.conn.ID().Disconnect(false)
+	})
+	ss.idle = t
+	close(set)
 }
 
 // end closes the session once its service has returned err.
@@ -152,6 +180,9 @@ func (ss *Session) end(err error) {
 		}
 		return
 	}
+	if ss.idle != nil {
+		ss.idle.Stop()
+	}
 	s, qp := ss.s, ss.qp
 	s.mu.Lock()
 	delete(s.conns, ss.conn)
@@ -176,6 +207,10 @@ func (ss *Session) end(err error) {
 	}
 	if err != nil {
 		outcome = "error"
+	}
+	if ss.idled.Load() {
+		outcome = "idle"
+		s.m.IdleDisconnects.Inc()
 	}
 	ss.lg.Info("closed", zap.String("outcome", outcome), zap.Duration("duration", time.Since(ss.start)),
 		zap.Uint64("tx_bytes", st.TxBytes), zap.Uint64("rx_bytes", st.RxBytes),
