@@ -68,7 +68,7 @@ func newRootCmd() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.shutdown, "shutdown-timeout", "", "how long a graceful stop may take (default 10s)")
 	fl.StringVar(&f.memBudget, "memory-budget", "", "memory all connections may map for their buffers (default 256MiB)")
-	fl.StringVar(&f.memPerConn, "memory-per-conn", "", "memory one connection may map for its buffers (default 64MiB)")
+	fl.StringVar(&f.memPerConn, "memory-per-conn", "", "memory one connection may map for its buffers (default 128MiB)")
 	fl.StringVar(&f.idle, "idle-timeout", "", "disconnect a connection idle this long (default: never)")
 	return cmd
 }

@@ -79,7 +79,7 @@ type ConfigSpec struct {
 	MaxHandshakesPerClient int    `toml:"max_handshakes_per_client"`
 	RefusedRequestTimeout  string `toml:"refused_request_timeout"`
 	MemoryBudget           string `toml:"memory_budget"`   // a size: "256MiB"
-	MemoryPerConn          string `toml:"memory_per_conn"` // a size: "64MiB"
+	MemoryPerConn          string `toml:"memory_per_conn"` // a size: "128MiB"
 	IdleTimeout            string `toml:"idle_timeout"`    // "" or "0": none
 	TCPKeepAlive           string `toml:"tcp_keepalive"`   // "off", or the idle time before probes
 }
@@ -142,8 +142,9 @@ const (
 	// DefaultMemoryBudget is Config.MemoryBudget's default: what a small
 	// machine can spare.
 	DefaultMemoryBudget = 256 << 20
-	// DefaultMemoryPerConn is Config.MemoryPerConn's default.
-	DefaultMemoryPerConn = 64 << 20
+	// DefaultMemoryPerConn is Config.MemoryPerConn's default: a perf
+	// test of the largest message (perf.MaxSize, 64 MiB) fits.
+	DefaultMemoryPerConn = 128 << 20
 )
 
 // LoadSpec reads a TOML config file.

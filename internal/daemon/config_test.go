@@ -104,7 +104,7 @@ func TestDistConfigLoads(t *testing.T) {
 	if c.RefusedRequestTimeout != time.Second || c.MaxHandshakes != 1024 || c.MaxHandshakesPerClient != 16 {
 		t.Errorf("admission settings %v %d %d", c.RefusedRequestTimeout, c.MaxHandshakes, c.MaxHandshakesPerClient)
 	}
-	if c.MemoryBudget != 256<<20 || c.MemoryPerConn != 64<<20 {
+	if c.MemoryBudget != 256<<20 || c.MemoryPerConn != 128<<20 {
 		t.Errorf("memory budget %d, per connection %d", c.MemoryBudget, c.MemoryPerConn)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gosiw/gosiw/cm"
@@ -107,4 +109,44 @@ func TestTCPKeepAlive(t *testing.T) {
 		nc.Close()
 		stop()
 	}
+}
+
+// TestWatchIdle checks the idle watcher on a fake clock: a connection
+// whose counts move every period is never idle, one that stops is
+// declared idle once, between one and two periods after its last change.
+func TestWatchIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Uint64
+		idleAt := make(chan time.Duration, 2)
+		start := time.Now()
+		tm := watchIdle(time.Second, n.Load, func() { idleAt <- time.Since(start) })
+		defer tm.Stop()
+		// Traffic every 900 ms for 10 s: never idle.
+		for range 11 {
+			time.Sleep(900 * time.Millisecond)
+			n.Add(1)
+		}
+		synctest.Wait()
+		select {
+		case at := <-idleAt:
+			t.Fatalf("idle at %v while the connection carried traffic", at)
+		default:
+		}
+		last := time.Since(start)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		select {
+		case at := <-idleAt:
+			if at < last+time.Second || at > last+2*time.Second {
+				t.Errorf("idle at %v, last traffic at %v: want between 1 and 2 periods after", at, last)
+			}
+		default:
+			t.Fatal("never idle after the traffic stopped")
+		}
+		select {
+		case at := <-idleAt:
+			t.Errorf("idle twice (again at %v)", at)
+		default:
+		}
+	})
 }

@@ -134,9 +134,20 @@ func (ss *Session) Accept(p cm.ConnParam) (*cm.Conn, error) {
 }
 
 // watchIdle disconnects the connection once it has carried no FPDU either
-// way for d: a timer checks the QP's FPDU counts every d.
+// way for d.
 func (ss *Session) watchIdle(d time.Duration) {
 	activity := func() uint64 { st := ss.qp.Stats(); return st.RxFPDUs + st.TxFPDUs }
+	ss.idle = watchIdle(d, activity, func() {
+		ss.idled.Store(true)
+		ss.lg.Debug("idle: disconnecting", zap.Duration("idle_timeout", d))
+		_ = ss.conn.ID().Disconnect(false)
+	})
+}
+
+// watchIdle calls idle, once, when activity has not changed over a whole
+// period d: it checks every d, so idle comes between d and 2d after the
+// last change. Stop the returned timer to stop watching.
+func watchIdle(d time.Duration, activity func() uint64, idle func()) *time.Timer {
 	last := activity()
 	var t *time.Timer
 	set := make(chan struct{}) // t is set
@@ -147,12 +158,10 @@ func (ss *Session) watchIdle(d time.Duration) {
 			t.Reset(d)
 			return
 		}
-		ss.idled.Store(true)
-		ss.lg.Debug("idle: disconnecting", zap.Duration("idle_timeout", d))
-		_ = ss.conn.ID().Disconnect(false)
+		idle()
 	})
-	ss.idle = t
 	close(set)
+	return t
 }
 
 // end closes the session once its service has returned err.
