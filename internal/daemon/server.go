@@ -11,6 +11,20 @@
 //
 // A refused client gets an MPA Reply with R set whose private data is a
 // readable reason of at most 251 bytes (so Linux siw takes it).
+//
+// Admission comes before work: when TCP accepts a connection, its source
+// address alone decides how its handshake runs (see cm.Admission). A
+// source the access rules or the connection caps refuse gets
+// Config.RefusedRequestTimeout to send its Request, in handshake slots
+// apart from the allowed clients', so strangers never make an allowed
+// client wait; each address has at most Config.MaxHandshakesPerClient
+// handshakes in progress. Every service answers its request through a
+// Session, the one code path that counts and logs connections and holds
+// their share of the memory budget (Config.MemoryBudget, MemoryPerConn).
+// Accepted connections have TCP keepalive on; Config.IdleTimeout
+// disconnects those that carry nothing. A fault in a file-backed region
+// (its file truncated by another process) fails the connections that
+// touch it, not siwd (see rdmap.ErrMemoryFault).
 package daemon
 
 import (

@@ -108,20 +108,25 @@ func TestServiceMemoryBudget(t *testing.T) {
 	if _, err := dial(Params{Op: OpWrite, Size: size, Depth: 1}); !strings.Contains(refusal(err), "of the server's budget of 8388608 are free now") {
 		t.Errorf("a third 3 MiB connection within an 8 MiB budget: %q", refusal(err))
 	}
-	c1.Close()
-	// c1's buffers come back once siwd has seen it end.
-	for gauge(t, m, "siwd_memory_reserved_bytes") > 4<<20 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the closed connection's memory never came back")
-		case <-time.After(5 * time.Millisecond):
+	// A closed connection's buffers come back once siwd has seen it end.
+	waitReserved := func(most float64) {
+		t.Helper()
+		for gauge(t, m, "siwd_memory_reserved_bytes") > most {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the closed connection's memory never came back")
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}
+	c1.Close()
+	waitReserved(4 << 20)
 	c3, err := dial(Params{Op: OpWrite, Size: size, Depth: 1})
 	if err != nil {
-		t.Fatalf("after a close: %v", err)
+		t.Fatalf("after a close: %v (%s)", err, refusal(err))
 	}
 	c3.Close()
+	waitReserved(4 << 20)
 	// A send test with 1 MiB messages asks for depth 16: it gets the
 	// receive buffers that fit (4 MiB: 4 of them).
 	c4, err := dial(Params{Op: OpSend, Size: 1 << 20, Depth: 16})

@@ -386,3 +386,17 @@ func TestRegions(t *testing.T) {
 	}
 	d.stop(t)
 }
+
+// TestMemoryBudgetFlags: siwd --memory-per-conn refuses a perf test whose
+// buffers do not fit, and the client shows siwd's reason.
+func TestMemoryBudgetFlags(t *testing.T) {
+	d := startSiwd(t, "--memory-per-conn", "32K", "--memory-budget", "1M", "--idle-timeout", "1m")
+	out, code := siw(t, "perf", "write", "-t", "100ms", d.addr)
+	if code == 0 || !strings.Contains(out, "over the limit of 32768 per connection") {
+		t.Fatalf("perf write (64 KiB messages) with 32 KiB per connection: exit %d\n%s", code, out)
+	}
+	if v := metricValue(scrape(t, d.metrics), `siwd_handshakes_total{reason="perf",result="rejected"}`); v != "1" {
+		t.Errorf("rejected perf handshakes = %q, want 1", v)
+	}
+	d.stop(t)
+}
