@@ -88,8 +88,36 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestRun runs every op with and without CRC, two streams for 200 ms, and
-// checks that the responder counted what the client did.
+// untilAllWorked returns a context for Run and an OnInterval that ends it
+// at the first interval by which every stream has done an operation: the
+// test stops on that event rather than after a wall-clock duration in
+// which a starved stream of a busy machine may do nothing. inner, when
+// set, sees each interval too.
+func untilAllWorked(t *testing.T, inner func(*Interval)) (context.Context, func(*Interval)) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	t.Cleanup(cancel)
+	var ops []uint64
+	return ctx, func(iv *Interval) {
+		if inner != nil {
+			inner(iv)
+		}
+		if ops == nil {
+			ops = make([]uint64, len(iv.Streams))
+		}
+		all := true
+		for i, s := range iv.Streams {
+			ops[i] += s.Ops
+			all = all && ops[i] > 0
+		}
+		if all {
+			cancel()
+		}
+	}
+}
+
+// TestRun runs every op with and without CRC, two streams until each has
+// done an operation, and checks that the responder counted what the client
+// did.
 func TestRun(t *testing.T) {
 	for _, op := range []Op{OpWrite, OpRead, OpSend, OpPingPong} {
 		for _, crc := range []bool{false, true} {
@@ -98,14 +126,15 @@ func TestRun(t *testing.T) {
 				var mu sync.Mutex
 				var infos []StreamInfo
 				var ivs int
+				ctx, onInterval := untilAllWorked(t, func(*Interval) { ivs++ })
 				o := &Options{Op: op, Size: 16 << 10, Depth: 8, Parallel: 2, CRC: crc,
-					Duration: 200 * time.Millisecond, Interval: 50 * time.Millisecond,
+					Duration: time.Hour, Interval: 50 * time.Millisecond,
 					OnConnect:  func(si StreamInfo) { mu.Lock(); infos = append(infos, si); mu.Unlock() },
-					OnInterval: func(*Interval) { ivs++ }}
+					OnInterval: onInterval}
 				if op == OpPingPong {
 					o.Size, o.Depth = 0, 0 // the defaults
 				}
-				res, err := Run(testCtx(t), addr, o)
+				res, err := Run(ctx, addr, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -211,11 +240,12 @@ func TestRunTCP(t *testing.T) {
 	}()
 	for _, op := range []Op{OpWrite, OpRead, OpSend, OpPingPong} {
 		t.Run(op.String(), func(t *testing.T) {
-			o := &Options{Op: op, Size: 16 << 10, Parallel: 2, Duration: 100 * time.Millisecond, Interval: 40 * time.Millisecond}
+			ctx, onInterval := untilAllWorked(t, nil)
+			o := &Options{Op: op, Size: 16 << 10, Parallel: 2, Duration: time.Hour, Interval: 40 * time.Millisecond, OnInterval: onInterval}
 			if op == OpPingPong {
 				o.Size = 0
 			}
-			res, err := RunTCP(testCtx(t), ln.Addr().String(), o)
+			res, err := RunTCP(ctx, ln.Addr().String(), o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -384,10 +414,9 @@ func counter(t *testing.T, m *daemon.Metrics, name, dir, opcode string) float64 
 // still finish and the result is complete.
 func TestRunStopsWithContext(t *testing.T) {
 	addr, _, _ := startServer(t, nil)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
+	ctx, onInterval := untilAllWorked(t, nil)
 	res, err := Run(ctx, addr, &Options{Op: OpWrite, Duration: time.Hour, Interval: 20 * time.Millisecond,
-		OnInterval: func(*Interval) { cancel() }})
+		OnInterval: onInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
