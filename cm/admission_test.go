@@ -14,17 +14,19 @@ import (
 
 // TestAdmission checks the accept-time hook: a connection Admit closes is
 // closed unread; untrusted connections take slots of their own pool (the
-// one over it is closed) and never the one slot of MaxHandshakes, so a
-// trusted client's handshake runs while they stall; the per-source bound
-// closes the connection over it; an untrusted Request that comes in time
-// still reaches the ULP; each closure is reported with its reason.
+// one over it is closed) and never a slot of MaxHandshakes, so a trusted
+// client's handshake runs while they stall; the per-source bound closes an
+// untrusted connection over it and moves a trusted one to the untrusted
+// pool (closed when that is full); a Request that comes in time on an
+// untrusted or moved connection still reaches the ULP; each closure is
+// reported with its reason.
 func TestAdmission(t *testing.T) {
 	dev, _ := rdmap.NewDevice(nil)
 	defer dev.Close()
 	got := make(chan string, 16)
 	untrusted := netip.MustParsePrefix("127.0.3.0/24")
 	cfg := &Config{
-		MaxHandshakes: 1, MaxUntrustedHandshakes: 2, MaxHandshakesPerSource: 2, RequestTimeout: time.Hour,
+		MaxHandshakes: 2, MaxUntrustedHandshakes: 2, MaxHandshakesPerSource: 1, RequestTimeout: time.Hour,
 		Admit: func(remote netip.AddrPort) Admission {
 			switch {
 			case remote.Addr() == netip.MustParseAddr("127.0.4.1"):
@@ -95,21 +97,32 @@ func TestAdmission(t *testing.T) {
 
 	closedUnread(dial("127.0.4.1"))
 	expect("admission")
-	// Two untrusted handshakes from one source stall in their pool; a
-	// third from that source is over the per-source bound, and one from
-	// another source finds the pool full.
+	// Two untrusted handshakes stall in their pool; a second one from the
+	// same source is over the per-source bound, and one from a third
+	// source finds the pool full.
 	u1 := dial("127.0.3.1")
-	dial("127.0.3.1")
+	dial("127.0.3.2")
 	closedUnread(dial("127.0.3.1"))
 	expect("source_limit")
-	closedUnread(dial("127.0.3.2"))
+	closedUnread(dial("127.0.3.3"))
 	expect("busy")
-	// They hold no slot of MaxHandshakes (1): a trusted client's
-	// handshake runs at once, twice over (its slot comes back).
+	// They hold no slot of MaxHandshakes: a trusted client's handshake
+	// runs at once, twice over (its slots come back).
 	handshake(dial("127.0.0.1"), "trusted 1")
 	handshake(dial("127.0.0.1"), "trusted 2")
-	// A stalled untrusted peer that sends its Request in time is heard.
+	// A stalled untrusted peer that sends its Request in time is heard,
+	// and gives its slot back.
 	handshake(u1, "untrusted")
+	// A trusted source at its bound: its next connection moves to the
+	// untrusted pool (now full again), the one after is closed.
+	dial("127.0.6.1")
+	moved := dial("127.0.6.1")
+	closedUnread(dial("127.0.6.1"))
+	expect("source_limit")
+	// Another trusted client still has a slot of MaxHandshakes, and the
+	// moved connection is heard.
+	handshake(dial("127.0.0.1"), "trusted 3")
+	handshake(moved, "moved")
 	select {
 	case r := <-got:
 		t.Fatalf("unexpected OnRefused %q", r)

@@ -86,9 +86,15 @@ type Config struct {
 	// one of MaxHandshakes. 0 means DefaultMaxUntrustedHandshakes (64).
 	MaxUntrustedHandshakes int
 	// MaxHandshakesPerSource bounds the inbound handshakes in progress
-	// from one source IP address (TCP accepted, Request not yet
-	// complete); a connection over it is closed at once, nothing read
-	// (OnRefused reason "source_limit"). 0 means no bound.
+	// (TCP accepted, Request not yet complete) from one source IP address
+	// that take one of MaxHandshakes, so that one address cannot hold them
+	// all. A connection over it runs as an untrusted one (a slot of
+	// MaxUntrustedHandshakes, its own Request timeout), so a client that
+	// opens many connections at once still gets them; when no untrusted
+	// slot is free, or when the connection is untrusted already, it is
+	// closed at once, nothing read (OnRefused reason "source_limit"). An
+	// untrusted source also has at most this many untrusted handshakes.
+	// 0 means no bound.
 	MaxHandshakesPerSource int
 	// KeepAlive configures TCP keepalive on the connections a listener
 	// accepts (net.ListenConfig.KeepAliveConfig): the zero value keeps

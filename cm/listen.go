@@ -79,8 +79,8 @@ func (id *ID) listen(ctx context.Context, addr string, backlog int) error {
 // acceptLoop accepts TCP connections and runs a responder handshake for
 // each: at most cfg.MaxHandshakes at once of the connections Admit lets in
 // as any other, at most cfg.MaxUntrustedHandshakes of the untrusted ones
-// (which never hold one of the former), at most cfg.MaxHandshakesPerSource
-// from one source address.
+// and of those over the per-source bound (which never hold one of the
+// former); see admit.
 func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *zap.Logger) {
 	defer id.lnWG.Done()
 	sem := make(chan struct{}, cfg.MaxHandshakes)
@@ -115,7 +115,7 @@ func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *
 			continue
 		}
 		backoff = 0
-		slot, src, timeout, reason := admit(c, cfg, sem, untrusted, sources)
+		slot, src, counted, timeout, reason := admit(c, cfg, sem, untrusted, sources)
 		if reason != "" {
 			lg.Debug("inbound connection closed at accept", zap.Stringer(keyRemote, c.RemoteAddr()), zap.String(keyReason, reason))
 			_ = c.Close()
@@ -127,7 +127,12 @@ func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *
 		id.lnWG.Add(1)
 		go func() {
 			defer id.lnWG.Done()
-			defer func() { sources.leave(src); <-slot }()
+			defer func() {
+				if counted {
+					sources.leave(src)
+				}
+				<-slot
+			}()
 			id.serveConn(ctx, c, cfg, lg, timeout)
 		}()
 	}
@@ -135,10 +140,18 @@ func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *
 
 // admit applies cfg.Admit and the per-source bound to a connection just
 // accepted while holding a slot of sem. It returns the slot the handshake
-// holds (sem, or untrusted for an untrusted connection, which gives back
-// its slot of sem), the source it counts against and the Request timeout;
+// holds (sem, or untrusted, which gives back the slot of sem), the source
+// and whether the handshake counts against it, and the Request timeout;
 // or, with every slot given back, why the connection is closed at once.
-func admit(c net.Conn, cfg *Config, sem, untrusted chan struct{}, sources *sourceCount) (slot chan struct{}, src netip.Addr, timeout time.Duration, reason string) {
+//
+//	Admit says     source under its bound      source at its bound
+//	Close          closed ("admission")        closed ("admission")
+//	(trusted)      a slot of sem               an untrusted slot, or
+//	                                           closed ("source_limit")
+//	Untrusted      an untrusted slot, or       closed ("source_limit")
+//	               closed ("busy")
+func admit(c net.Conn, cfg *Config, sem, untrusted chan struct{}, sources *sourceCount) (
+	slot chan struct{}, src netip.Addr, counted bool, timeout time.Duration, reason string) {
 	var remote netip.AddrPort
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		remote = ta.AddrPort()
@@ -153,23 +166,28 @@ func admit(c net.Conn, cfg *Config, sem, untrusted chan struct{}, sources *sourc
 		timeout = adm.RequestTimeout
 	}
 	src = remote.Addr()
-	switch {
-	case adm.Close:
+	if adm.Close {
 		<-sem
-		return nil, src, 0, "admission"
-	case !sources.enter(src):
-		<-sem
-		return nil, src, 0, "source_limit"
-	case !adm.Untrusted:
-		return sem, src, timeout, ""
+		return nil, src, false, 0, "admission"
 	}
+	counted = sources.enter(src)
+	if counted && !adm.Untrusted {
+		return sem, src, true, timeout, ""
+	}
+	// Untrusted, or a trusted source over its bound: never in sem.
 	<-sem
+	if !counted && adm.Untrusted {
+		return nil, src, false, 0, "source_limit"
+	}
 	select {
 	case untrusted <- struct{}{}:
-		return untrusted, src, timeout, ""
+		return untrusted, src, counted, timeout, ""
 	default:
-		sources.leave(src)
-		return nil, src, 0, "busy"
+		if counted {
+			sources.leave(src)
+			return nil, src, false, 0, "busy"
+		}
+		return nil, src, false, 0, "source_limit"
 	}
 }
 
