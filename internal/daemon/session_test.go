@@ -144,6 +144,15 @@ func TestEveryConnectionCountedAndLogged(t *testing.T) {
 			if _, ok := f["tx_bytes"]; !ok || f["outcome"] == nil || f["service"] == nil {
 				t.Errorf("closed line without outcome, service or byte counts: %v", f)
 			}
+			// The rping connection carried pings both ways.
+			rx, _ := f["rx_bytes"].(uint64)
+			tx, _ := f["tx_bytes"].(uint64)
+			if f["service"] == "rping" && (rx == 0 || tx == 0 || f["outcome"] != "ok") {
+				t.Errorf("rping closed line %v: want bytes both ways and outcome ok", f)
+			}
+			if f["service"] == "perf" && f["outcome"] != "terminate_sent" {
+				t.Errorf("perf closed line %v: want outcome terminate_sent", f)
+			}
 		}
 	}
 	var lines []string
