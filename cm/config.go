@@ -3,6 +3,7 @@ package cm
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,7 +25,34 @@ const (
 	// DefaultMaxHandshakes bounds the inbound handshakes a listener runs
 	// at once.
 	DefaultMaxHandshakes = 1024
+	// DefaultMaxUntrustedHandshakes bounds the inbound handshakes of
+	// connections that Config.Admit marked Untrusted a listener runs at
+	// once.
+	DefaultMaxUntrustedHandshakes = 64
 )
+
+// Admission is what Config.Admit decides about an inbound TCP connection
+// the moment it is accepted, before a byte of it is read. The zero value
+// admits the connection as any other.
+type Admission struct {
+	// Close closes the connection at once: nothing is read or sent, no
+	// ConnectRequest is made (OnRefused reason "admission").
+	Close bool
+	// Untrusted marks a connection from a source the ULP is expected to
+	// refuse once it sees the Request (an address outside its access
+	// rules, a client at its connection limit). Its handshake takes a
+	// slot of a pool of its own (Config.MaxUntrustedHandshakes) instead
+	// of one of MaxHandshakes, so that such connections, however many
+	// and however slow, never make another connection wait; when that
+	// pool is full the connection is closed at once (OnRefused reason
+	// "busy"). A Request that comes in time still makes a ConnectRequest,
+	// so the ULP can reject it with its reason.
+	Untrusted bool
+	// RequestTimeout, when positive, bounds this connection's wait for
+	// its Request instead of Config.RequestTimeout (a short one for
+	// untrusted sources).
+	RequestTimeout time.Duration
+}
 
 // Config configures IDs. The zero value is valid and behaves as Linux siw
 // with its built-in defaults: MPA revision 2 enhanced, CRC only when the
@@ -53,11 +81,41 @@ type Config struct {
 	// not yet complete) a listener runs at once; further connections wait
 	// in the kernel's accept queue. 0 means DefaultMaxHandshakes (1024).
 	MaxHandshakes int
+	// MaxUntrustedHandshakes bounds the inbound handshakes of connections
+	// marked Admission.Untrusted a listener runs at once; they never take
+	// one of MaxHandshakes. 0 means DefaultMaxUntrustedHandshakes (64).
+	MaxUntrustedHandshakes int
+	// MaxHandshakesPerSource bounds the inbound handshakes in progress
+	// (TCP accepted, Request not yet complete) from one source IP address
+	// that take one of MaxHandshakes, so that one address cannot hold them
+	// all. A connection over it runs as an untrusted one (a slot of
+	// MaxUntrustedHandshakes, its own Request timeout), so a client that
+	// opens many connections at once still gets them; when no untrusted
+	// slot is free, or when the connection is untrusted already, it is
+	// closed at once, nothing read (OnRefused reason "source_limit"). An
+	// untrusted source also has at most this many untrusted handshakes.
+	// 0 means no bound.
+	MaxHandshakesPerSource int
+	// KeepAlive configures TCP keepalive on the connections a listener
+	// accepts (net.ListenConfig.KeepAliveConfig): the zero value keeps
+	// Go's default, keepalive on (15 s idle, 15 s between probes, 9
+	// probes), so that a peer that vanished is found; with Enable set, its
+	// Idle, Interval and Count. NoKeepAlive turns keepalive off.
+	KeepAlive   net.KeepAliveConfig
+	NoKeepAlive bool
+	// Admit, when set, is asked about every inbound TCP connection as
+	// soon as it is accepted, before a byte is read, with the peer's
+	// address (an IPv4-mapped address unmapped); see Admission. It runs
+	// on the listener's accept goroutine, one call at a time, and must
+	// return quickly: no I/O, no waiting.
+	Admit func(remote netip.AddrPort) Admission
 	// OnRefused, when set, is told about every inbound connection the
 	// listener answered itself, without a ConnectRequest: a handshake that
 	// failed (reason "timeout", "bad_key", "revision", "pd_length",
 	// "truncated", "enhanced_short", "extra_data", "markers", "crc",
-	// "closed", or "protocol") or a request over the backlog ("backlog").
+	// "closed", or "protocol"), a request over the backlog ("backlog"), or
+	// a connection closed at accept ("admission", "source_limit", "busy";
+	// see Admit).
 	// It runs on the listener's handshake goroutine and must not block.
 	OnRefused func(remote net.Addr, reason string)
 	// Logger receives lifecycle logs (Info: listen, established,
@@ -105,8 +163,12 @@ func (c *Config) resolve() (Config, error) {
 	if r.MaxHandshakes == 0 {
 		r.MaxHandshakes = DefaultMaxHandshakes
 	}
-	if r.Backlog < 0 || r.MaxHandshakes < 0 {
-		return r, fmt.Errorf("cm: config: negative Backlog %d or MaxHandshakes %d", r.Backlog, r.MaxHandshakes)
+	if r.MaxUntrustedHandshakes == 0 {
+		r.MaxUntrustedHandshakes = DefaultMaxUntrustedHandshakes
+	}
+	if r.Backlog < 0 || r.MaxHandshakes < 0 || r.MaxUntrustedHandshakes < 0 || r.MaxHandshakesPerSource < 0 {
+		return r, fmt.Errorf("cm: config: negative Backlog %d, MaxHandshakes %d, MaxUntrustedHandshakes %d or MaxHandshakesPerSource %d",
+			r.Backlog, r.MaxHandshakes, r.MaxUntrustedHandshakes, r.MaxHandshakesPerSource)
 	}
 	if r.Logger == nil {
 		r.Logger = zap.NewNop()

@@ -119,5 +119,9 @@
 // A responder's handshake has RequestTimeout in all, however slowly the
 // bytes come; a listener runs at most MaxHandshakes of them at once, and
 // holds at most its backlog of requests waiting for an answer (more are
-// rejected).
+// rejected). Config.Admit decides about each TCP connection at accept, by
+// its source address, before a byte is read: close it, or run it as
+// untrusted (a shorter deadline and a pool of handshake slots of its own,
+// so that strangers never make an allowed client wait);
+// MaxHandshakesPerSource bounds the handshakes of one address.
 package cm

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,7 +43,10 @@ func (id *ID) listen(ctx context.Context, addr string, backlog int) error {
 	id.used = true // claims the ID while the socket is set up
 	id.mu.Unlock()
 
-	var lc net.ListenConfig
+	lc := net.ListenConfig{KeepAliveConfig: id.cfg.KeepAlive}
+	if id.cfg.NoKeepAlive {
+		lc.KeepAlive = -1
+	}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 
 	id.mu.Lock()
@@ -72,12 +77,19 @@ func (id *ID) listen(ctx context.Context, addr string, backlog int) error {
 }
 
 // acceptLoop accepts TCP connections and runs a responder handshake for
-// each, at most cfg.MaxHandshakes at once.
+// each: at most cfg.MaxHandshakes at once of the connections Admit lets in
+// as any other, at most cfg.MaxUntrustedHandshakes of the untrusted ones
+// and of those over the per-source bound (which never hold one of the
+// former); see admit.
 func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *zap.Logger) {
 	defer id.lnWG.Done()
 	sem := make(chan struct{}, cfg.MaxHandshakes)
+	untrusted := make(chan struct{}, cfg.MaxUntrustedHandshakes)
+	sources := &sourceCount{max: cfg.MaxHandshakesPerSource, n: map[netip.Addr]int{}}
 	var backoff time.Duration
 	for {
+		// A slot is taken before the accept, so that connections past
+		// MaxHandshakes wait in the kernel's accept queue.
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -103,19 +115,120 @@ func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *
 			continue
 		}
 		backoff = 0
+		slot, src, counted, timeout, reason := admit(c, cfg, sem, untrusted, sources)
+		if reason != "" {
+			lg.Debug("inbound connection closed at accept", zap.Stringer(keyRemote, c.RemoteAddr()), zap.String(keyReason, reason))
+			_ = c.Close()
+			if cfg.OnRefused != nil {
+				cfg.OnRefused(c.RemoteAddr(), reason)
+			}
+			continue
+		}
 		id.lnWG.Add(1)
 		go func() {
 			defer id.lnWG.Done()
-			defer func() { <-sem }()
-			id.serveConn(ctx, c, cfg, lg)
+			defer func() {
+				if counted {
+					sources.leave(src)
+				}
+				<-slot
+			}()
+			id.serveConn(ctx, c, cfg, lg, timeout)
 		}()
 	}
 }
 
-// serveConn runs the responder's half up to a valid Request, then makes
-// the child ID and queues its ConnectRequest.
-func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.Logger) {
-	ctx, cancel := context.WithTimeout(lctx, cfg.RequestTimeout)
+// admit applies cfg.Admit and the per-source bound to a connection just
+// accepted while holding a slot of sem. It returns the slot the handshake
+// holds (sem, or untrusted, which gives back the slot of sem), the source
+// and whether the handshake counts against it, and the Request timeout;
+// or, with every slot given back, why the connection is closed at once.
+//
+//	Admit says     source under its bound      source at its bound
+//	Close          closed ("admission")        closed ("admission")
+//	(trusted)      a slot of sem               an untrusted slot, or
+//	                                           closed ("source_limit")
+//	Untrusted      an untrusted slot, or       closed ("source_limit")
+//	               closed ("busy")
+func admit(c net.Conn, cfg *Config, sem, untrusted chan struct{}, sources *sourceCount) (
+	slot chan struct{}, src netip.Addr, counted bool, timeout time.Duration, reason string) {
+	var remote netip.AddrPort
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		remote = ta.AddrPort()
+		remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
+	}
+	var adm Admission
+	if cfg.Admit != nil {
+		adm = cfg.Admit(remote)
+	}
+	timeout = cfg.RequestTimeout
+	if adm.RequestTimeout > 0 {
+		timeout = adm.RequestTimeout
+	}
+	src = remote.Addr()
+	if adm.Close {
+		<-sem
+		return nil, src, false, 0, "admission"
+	}
+	counted = sources.enter(src)
+	if counted && !adm.Untrusted {
+		return sem, src, true, timeout, ""
+	}
+	// Untrusted, or a trusted source over its bound: never in sem.
+	<-sem
+	if !counted && adm.Untrusted {
+		return nil, src, false, 0, "source_limit"
+	}
+	select {
+	case untrusted <- struct{}{}:
+		return untrusted, src, counted, timeout, ""
+	default:
+		if counted {
+			sources.leave(src)
+			return nil, src, false, 0, "busy"
+		}
+		return nil, src, false, 0, "source_limit"
+	}
+}
+
+// sourceCount counts a listener's inbound handshakes in progress by source
+// address, up to max each (0: no bound, nothing counted).
+type sourceCount struct {
+	max int
+	mu  sync.Mutex
+	n   map[netip.Addr]int
+}
+
+// enter counts a handshake from a, unless a already has max of them.
+func (s *sourceCount) enter(a netip.Addr) bool {
+	if s.max == 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[a] >= s.max {
+		return false
+	}
+	s.n[a]++
+	return true
+}
+
+// leave ends a handshake that enter counted.
+func (s *sourceCount) leave(a netip.Addr) {
+	if s.max == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[a]--; s.n[a] <= 0 {
+		delete(s.n, a)
+	}
+}
+
+// serveConn runs the responder's half up to a valid Request (within
+// timeout), then makes the child ID and queues its ConnectRequest.
+func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.Logger, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(lctx, timeout)
 	resp, err := mpa.ReadRequest(ctx, c, &cfg.MPA)
 	cancel()
 	if err != nil {

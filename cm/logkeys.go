@@ -11,6 +11,7 @@ const (
 	keyBacklog  = "backlog"
 	keyBackoff  = "backoff"
 	keyAnswer   = "answer"
+	keyReason   = "reason"
 	keyEvent    = "event"
 	keyStatus   = "status"
 	keyAbrupt   = "abrupt"

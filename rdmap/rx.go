@@ -180,12 +180,7 @@ func (rx *rxEngine) release() {
 // send goroutine and then finishes the QP.
 func (qp *QP) rxLoop(conn net.Conn) {
 	rx := &qp.rx
-	var err error
-	if rx.buffered {
-		err = rx.runBuffered()
-	} else {
-		err = rx.runDirect()
-	}
+	err := qp.guardRx(rx.run) // a fault in registered memory fails this QP only
 	rx.ended.Store(true)
 	if rx.err == nil && err != io.EOF {
 		rx.err = err

@@ -173,7 +173,7 @@ func (qp *QP) txLoop(conn net.Conn) {
 				t.closeTimer = time.NewTimer(qp.cfg.DisconnectTimeout)
 			}
 		}
-		progressed, err := qp.txBatch(conn)
+		progressed, err := qp.guardTx(func() (bool, error) { return qp.txBatch(conn) }) // see fault.go
 		if err != nil {
 			if t.err == nil {
 				t.err = err

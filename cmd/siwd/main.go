@@ -6,6 +6,7 @@
 //	     [--max-conns-per-client N] [--metrics ADDR]
 //	     [--region name=NAME,size=SIZE[,file=PATH],access=r|w|rw]...
 //	     [--log-format console|json] [--log-level LEVEL]
+//	     [--memory-budget SIZE] [--memory-per-conn SIZE] [--idle-timeout DURATION]
 //
 // SIGTERM and SIGINT stop it gracefully; SIGHUP reloads the access rules
 // from the config file and the --allow flags.
@@ -40,6 +41,7 @@ type flags struct {
 	config, listen, metrics, logFormat, logLevel, shutdown string
 	allow, regions                                         []string
 	maxConns, maxPerClient                                 int
+	memBudget, memPerConn, idle                            string
 }
 
 func newRootCmd() *cobra.Command {
@@ -65,6 +67,9 @@ func newRootCmd() *cobra.Command {
 	fl.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.shutdown, "shutdown-timeout", "", "how long a graceful stop may take (default 10s)")
+	fl.StringVar(&f.memBudget, "memory-budget", "", "memory all connections may map for their buffers (default 256MiB)")
+	fl.StringVar(&f.memPerConn, "memory-per-conn", "", "memory one connection may map for its buffers (default 128MiB)")
+	fl.StringVar(&f.idle, "idle-timeout", "", "disconnect a connection idle this long (default: never)")
 	return cmd
 }
 
@@ -104,6 +109,15 @@ func spec(cmd *cobra.Command, f *flags) (*daemon.ConfigSpec, error) {
 	}
 	if fl.Changed("shutdown-timeout") {
 		s.ShutdownTimeout = f.shutdown
+	}
+	if fl.Changed("memory-budget") {
+		s.MemoryBudget = f.memBudget
+	}
+	if fl.Changed("memory-per-conn") {
+		s.MemoryPerConn = f.memPerConn
+	}
+	if fl.Changed("idle-timeout") {
+		s.IdleTimeout = f.idle
 	}
 	for _, r := range f.regions {
 		rs, err := daemon.ParseRegionFlag(r)

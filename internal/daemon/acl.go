@@ -67,6 +67,28 @@ type Refusal struct {
 	Reason string // readable, at most MaxReasonLen bytes
 }
 
+// Check reports why a connection from addr would be refused now, or nil;
+// it counts nothing (Admit does). The listener asks it at TCP accept, to
+// give the handshakes of sources that will be refused short shrift.
+func (a *ACL) Check(addr netip.Addr) *Refusal {
+	addr = addr.Unmap()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.checkLocked(addr)
+}
+
+func (a *ACL) checkLocked(addr netip.Addr) *Refusal {
+	switch {
+	case !a.allowedLocked(addr):
+		return refusal("acl", fmt.Sprintf("gosiw siwd: client %s is not allowed by the access rules", addr))
+	case a.maxConns > 0 && a.total >= a.maxConns:
+		return refusal("max_conns", fmt.Sprintf("gosiw siwd: server is at its connection limit (%d)", a.maxConns))
+	case a.maxPerClient > 0 && a.perClient[addr] >= a.maxPerClient:
+		return refusal("max_conns_per_client", fmt.Sprintf("gosiw siwd: client %s is at its connection limit (%d)", addr, a.maxPerClient))
+	}
+	return nil
+}
+
 // Admit counts a new connection from addr against the rules. On success it
 // returns a release function that the caller must call exactly once when
 // the connection ends; otherwise it returns why not.
@@ -74,13 +96,8 @@ func (a *ACL) Admit(addr netip.Addr) (release func(), refused *Refusal) {
 	addr = addr.Unmap()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch {
-	case !a.allowedLocked(addr):
-		return nil, refusal("acl", fmt.Sprintf("gosiw siwd: client %s is not allowed by the access rules", addr))
-	case a.maxConns > 0 && a.total >= a.maxConns:
-		return nil, refusal("max_conns", fmt.Sprintf("gosiw siwd: server is at its connection limit (%d)", a.maxConns))
-	case a.maxPerClient > 0 && a.perClient[addr] >= a.maxPerClient:
-		return nil, refusal("max_conns_per_client", fmt.Sprintf("gosiw siwd: client %s is at its connection limit (%d)", addr, a.maxPerClient))
+	if r := a.checkLocked(addr); r != nil {
+		return nil, r
 	}
 	a.total++
 	a.perClient[addr]++

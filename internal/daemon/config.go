@@ -73,6 +73,15 @@ type ConfigSpec struct {
 	LogFormat         string       `toml:"log_format"`
 	LogLevel          string       `toml:"log_level"`
 	ShutdownTimeout   string       `toml:"shutdown_timeout"`
+
+	// Admission, budgets and idle connections (see Config).
+	MaxHandshakes          int    `toml:"max_handshakes"`
+	MaxHandshakesPerClient int    `toml:"max_handshakes_per_client"`
+	RefusedRequestTimeout  string `toml:"refused_request_timeout"`
+	MemoryBudget           string `toml:"memory_budget"`   // a size: "256MiB"
+	MemoryPerConn          string `toml:"memory_per_conn"` // a size: "128MiB"
+	IdleTimeout            string `toml:"idle_timeout"`    // "" or "0": none
+	TCPKeepAlive           string `toml:"tcp_keepalive"`   // "off", or the idle time before probes
 }
 
 // Config is siwd's validated runtime configuration.
@@ -86,6 +95,37 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
+
+	// MaxHandshakes bounds the MPA handshakes of allowed clients in
+	// progress at once (more wait in the kernel's accept queue). 0 means
+	// cm.DefaultMaxHandshakes.
+	MaxHandshakes int
+	// MaxHandshakesPerClient bounds the MPA handshakes in progress (TCP
+	// accepted, Request not yet complete) from one client address; more
+	// are closed at once. 0 means DefaultMaxHandshakesPerClient.
+	MaxHandshakesPerClient int
+	// RefusedRequestTimeout is how long a connection from a source the
+	// rules refuse (outside Allow, or at a connection cap when TCP
+	// accepts) has to send its MPA Request, so that it is answered with
+	// its reason; such handshakes never hold a slot an allowed client
+	// needs. 0 means DefaultRefusedRequestTimeout.
+	RefusedRequestTimeout time.Duration
+	// MemoryBudget bounds the memory that connections map for their
+	// buffers (perf's, rping's), all together; a request that would go
+	// past it is rejected with a readable reason. Exported regions are
+	// not part of it. 0 means DefaultMemoryBudget.
+	MemoryBudget int64
+	// MemoryPerConn bounds the memory one connection maps for its
+	// buffers (at most MemoryBudget). 0 means DefaultMemoryPerConn.
+	MemoryPerConn int64
+	// IdleTimeout, when positive, disconnects an established connection
+	// that has carried no FPDU either way for that long (it is noticed
+	// between once and twice that time after the last one). 0: no limit.
+	IdleTimeout time.Duration
+	// TCPKeepAlive is the idle time before TCP keepalive probes on
+	// accepted connections (then probes every TCPKeepAlive, 9 of them):
+	// 0 means Go's default, 15 s; negative turns keepalive off.
+	TCPKeepAlive time.Duration
 }
 
 // Defaults.
@@ -93,6 +133,18 @@ const (
 	DefaultListen          = "127.0.0.1:7174"
 	DefaultMetrics         = "127.0.0.1:9174"
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxHandshakesPerClient is Config.MaxHandshakesPerClient's
+	// default.
+	DefaultMaxHandshakesPerClient = 16
+	// DefaultRefusedRequestTimeout is Config.RefusedRequestTimeout's
+	// default.
+	DefaultRefusedRequestTimeout = time.Second
+	// DefaultMemoryBudget is Config.MemoryBudget's default: what a small
+	// machine can spare.
+	DefaultMemoryBudget = 256 << 20
+	// DefaultMemoryPerConn is Config.MemoryPerConn's default: a perf
+	// test of the largest message (perf.MaxSize, 64 MiB) fits.
+	DefaultMemoryPerConn = 128 << 20
 )
 
 // LoadSpec reads a TOML config file.
@@ -122,6 +174,7 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		LogLevel:          s.LogLevel,
 		ShutdownTimeout:   DefaultShutdownTimeout,
 	}
+	c.MaxHandshakes, c.MaxHandshakesPerClient = s.MaxHandshakes, s.MaxHandshakesPerClient
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -138,8 +191,47 @@ func (s *ConfigSpec) Build() (*Config, error) {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
-	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 {
+	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxHandshakes < 0 || s.MaxHandshakesPerClient < 0 {
 		return nil, errors.New("connection limits must not be negative")
+	}
+	for _, b := range []struct {
+		v    string
+		to   *int64
+		name string
+	}{{s.MemoryBudget, &c.MemoryBudget, "memory budget"}, {s.MemoryPerConn, &c.MemoryPerConn, "memory per connection"}} {
+		if b.v == "" {
+			continue
+		}
+		n, err := ParseSize(b.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.name, err)
+		}
+		*b.to = n
+	}
+	if s.IdleTimeout != "" {
+		d, err := time.ParseDuration(s.IdleTimeout)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("idle timeout %q: want a duration (0: none)", s.IdleTimeout)
+		}
+		c.IdleTimeout = d
+	}
+	switch s.TCPKeepAlive {
+	case "":
+	case "off":
+		c.TCPKeepAlive = -1
+	default:
+		d, err := time.ParseDuration(s.TCPKeepAlive)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("tcp keepalive %q: want off or a positive duration", s.TCPKeepAlive)
+		}
+		c.TCPKeepAlive = d
+	}
+	if s.RefusedRequestTimeout != "" {
+		d, err := time.ParseDuration(s.RefusedRequestTimeout)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("refused request timeout %q: want a positive duration", s.RefusedRequestTimeout)
+		}
+		c.RefusedRequestTimeout = d
 	}
 	if s.ShutdownTimeout != "" {
 		d, err := time.ParseDuration(s.ShutdownTimeout)

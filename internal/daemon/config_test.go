@@ -89,3 +89,22 @@ access = "rw"
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 }
+
+// TestDistConfigLoads: the example config in dist/ is valid and sets what
+// it says.
+func TestDistConfigLoads(t *testing.T) {
+	s, err := LoadSpec(filepath.Join("..", "..", "dist", "siwd.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RefusedRequestTimeout != time.Second || c.MaxHandshakes != 1024 || c.MaxHandshakesPerClient != 16 {
+		t.Errorf("admission settings %v %d %d", c.RefusedRequestTimeout, c.MaxHandshakes, c.MaxHandshakesPerClient)
+	}
+	if c.MemoryBudget != 256<<20 || c.MemoryPerConn != 128<<20 {
+		t.Errorf("memory budget %d, per connection %d", c.MemoryBudget, c.MemoryPerConn)
+	}
+}

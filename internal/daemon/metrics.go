@@ -14,12 +14,16 @@ type Metrics struct {
 	Registry    *prometheus.Registry
 	Connections prometheus.Gauge
 	Handshakes  *prometheus.CounterVec // result=accepted|rejected|failed, reason
+	Admissions  *prometheus.CounterVec // class=allowed|refused, decided at TCP accept
 	Bytes       *prometheus.CounterVec // dir=rx|tx, opcode
 	Ops         *prometheus.CounterVec // dir=rx|tx, opcode
 	Terminates  *prometheus.CounterVec // dir=sent|received, layer, etype, ecode
 	QPs         prometheus.Gauge
-	CQs         prometheus.Gauge
-	OpLatency   *prometheus.HistogramVec // op
+	Memory      prometheus.Gauge // bytes of the memory budget reserved
+	// IdleDisconnects counts connections the idle limit disconnected.
+	IdleDisconnects prometheus.Counter
+	CQs             prometheus.Gauge
+	OpLatency       *prometheus.HistogramVec // op
 }
 
 // NewMetrics creates the metrics on a new registry (with Go and process
@@ -34,6 +38,10 @@ func NewMetrics() *Metrics {
 		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "siwd_handshakes_total", Help: "MPA handshakes by result (accepted, rejected, failed) and reason.",
 		}, []string{"result", "reason"}),
+		Admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "siwd_admissions_total",
+			Help: "TCP connections by the class given at accept from the source address: allowed, or refused (short deadline, apart from the allowed).",
+		}, []string{"class"}),
 		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "siwd_bytes_total", Help: "Payload bytes by direction and RDMAP opcode.",
 		}, []string{"dir", "opcode"}),
@@ -44,6 +52,10 @@ func NewMetrics() *Metrics {
 			Name: "siwd_terminates_total", Help: "Terminate messages sent and received by layer, error type and code.",
 		}, []string{"dir", "layer", "etype", "ecode"}),
 		QPs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_qps", Help: "Queue pairs in use."}),
+		Memory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_memory_reserved_bytes",
+			Help: "Bytes of the memory budget that connections hold for their buffers."}),
+		IdleDisconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "siwd_idle_disconnects_total",
+			Help: "Established connections disconnected after the idle timeout without traffic."}),
 		CQs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_cqs", Help: "Completion queues in use."}),
 		OpLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "siwd_operation_latency_seconds",
@@ -51,7 +63,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
 		}, []string{"op"}),
 	}
-	r.MustRegister(m.Connections, m.Handshakes, m.Bytes, m.Ops, m.Terminates, m.QPs, m.CQs, m.OpLatency,
+	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.Memory, m.IdleDisconnects, m.CQs, m.OpLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

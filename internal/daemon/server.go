@@ -11,6 +11,20 @@
 //
 // A refused client gets an MPA Reply with R set whose private data is a
 // readable reason of at most 251 bytes (so Linux siw takes it).
+//
+// Admission comes before work: when TCP accepts a connection, its source
+// address alone decides how its handshake runs (see cm.Admission). A
+// source the access rules or the connection caps refuse gets
+// Config.RefusedRequestTimeout to send its Request, in handshake slots
+// apart from the allowed clients', so strangers never make an allowed
+// client wait; each address has at most Config.MaxHandshakesPerClient
+// handshakes in progress. Every service answers its request through a
+// Session, the one code path that counts and logs connections and holds
+// their share of the memory budget (Config.MemoryBudget, MemoryPerConn).
+// Accepted connections have TCP keepalive on; Config.IdleTimeout
+// disconnects those that carry nothing. A fault in a file-backed region
+// (its file truncated by another process) fails the connections that
+// touch it, not siwd (see rdmap.ErrMemoryFault).
 package daemon
 
 import (
@@ -25,10 +39,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/internal/sys"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -39,9 +53,10 @@ const (
 	PerfPrefix   = "gosiw-perf/1"
 )
 
-// PerfService serves one perf connection; package perf provides it (set
-// by cmd/siwd to keep this package free of it).
-type PerfService func(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *Metrics) error
+// PerfService serves one perf connection, answering ss's request through
+// ss (Accept or Reject); package perf provides it (set by cmd/siwd to keep
+// this package free of it). ctx ends when siwd shuts down.
+type PerfService func(ctx context.Context, ss *Session, pd *rdmap.PD, m *Metrics) error
 
 // Server is a running siwd.
 type Server struct {
@@ -59,10 +74,15 @@ type Server struct {
 	stopping context.Context
 	stop     context.CancelFunc
 
-	mu    sync.Mutex
-	ln    *cm.Listener
-	conns map[*cm.Conn]struct{}
-	wg    sync.WaitGroup
+	// memBudget and memPerConn are the memory budget (Config); memUsed
+	// is what sessions hold of it (under mu).
+	memBudget, memPerConn int64
+
+	mu      sync.Mutex
+	ln      *cm.Listener
+	conns   map[*cm.Conn]struct{}
+	memUsed int64
+	wg      sync.WaitGroup
 }
 
 type region struct {
@@ -79,13 +99,21 @@ func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: lg})
+	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: quiet(lg)})
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, lg: lg, dev: dev, m: m, acl: NewACL(cfg.Allow, cfg.MaxConns, cfg.MaxConnsPerClient),
 		regions: map[string]*region{}, conns: map[*cm.Conn]struct{}{}}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.memBudget, s.memPerConn = cfg.MemoryBudget, cfg.MemoryPerConn
+	if s.memBudget == 0 {
+		s.memBudget = DefaultMemoryBudget
+	}
+	if s.memPerConn == 0 {
+		s.memPerConn = DefaultMemoryPerConn
+	}
+	s.memPerConn = min(s.memPerConn, s.memBudget)
 	for _, r := range cfg.Regions {
 		reg, err := s.mapRegion(r)
 		if err != nil {
@@ -106,23 +134,40 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 		}
 		return &region{Region: r, mem: mem.Bytes(), close: mem.Close}, nil
 	}
-	f, err := os.OpenFile(r.File, os.O_RDWR|os.O_CREATE, 0o600)
+	// A read-only region never changes its file: opened read-only,
+	// mapped PROT_READ, and a file shorter than the region is refused
+	// (mapping past its end would fault). A writable one is created or
+	// grown to the region's size.
+	writable := r.Access&AccessWrite != 0
+	var f *os.File
+	var err error
+	if writable {
+		f, err = os.OpenFile(r.File, os.O_RDWR|os.O_CREATE, 0o600)
+	} else {
+		f, err = os.Open(r.File)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("region %s: %w", r.Name, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, err
-	} else if st.Size() < r.Size {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("region %s: %w", r.Name, err)
+	}
+	if st.Size() < r.Size {
+		if !writable {
+			return nil, fmt.Errorf("region %s: file %s holds %d bytes, fewer than the region's %d (a read-only region never grows its file)",
+				r.Name, r.File, st.Size(), r.Size)
+		}
 		if err := f.Truncate(r.Size); err != nil {
 			return nil, fmt.Errorf("region %s: %w", r.Name, err)
 		}
 	}
-	b, err := unix.Mmap(int(f.Fd()), 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	fm, err := sys.MapFile(f, r.Size, writable)
 	if err != nil {
-		return nil, fmt.Errorf("region %s: mmap %s: %w", r.Name, r.File, os.NewSyscallError("mmap", err))
+		return nil, fmt.Errorf("region %s: map %s: %w", r.Name, r.File, err)
 	}
-	return &region{Region: r, mem: b, close: func() error { return unix.Munmap(b) }}, nil
+	return &region{Region: r, mem: fm.Data, close: fm.Unmap}, nil
 }
 
 func (s *Server) closeRegions() {
@@ -154,7 +199,13 @@ func (s *Server) Healthy() error {
 
 // Listen starts listening; Serve then serves.
 func (s *Server) Listen(ctx context.Context) error {
-	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: s.lg, MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
+	perClient := s.cfg.MaxHandshakesPerClient
+	if perClient == 0 {
+		perClient = DefaultMaxHandshakesPerClient
+	}
+	ln, err := cm.Listen(ctx, s.cfg.Listen, s.dev, &cm.Config{Logger: quiet(s.lg), MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData},
+		Admit: s.admit, MaxHandshakesPerSource: perClient, MaxHandshakes: s.cfg.MaxHandshakes,
+		KeepAlive: keepAlive(s.cfg.TCPKeepAlive), NoKeepAlive: s.cfg.TCPKeepAlive < 0,
 		OnRefused: func(_ net.Addr, reason string) { s.m.Handshakes.WithLabelValues("failed", reason).Inc() }})
 	if err != nil {
 		return err
@@ -164,6 +215,32 @@ func (s *Server) Listen(ctx context.Context) error {
 	s.mu.Unlock()
 	s.lg.Info("listening", zap.Stringer("addr", ln.Addr()))
 	return nil
+}
+
+// keepAlive is the TCP keepalive of accepted connections for
+// Config.TCPKeepAlive.
+func keepAlive(d time.Duration) net.KeepAliveConfig {
+	if d <= 0 {
+		return net.KeepAliveConfig{}
+	}
+	return net.KeepAliveConfig{Enable: true, Idle: d, Interval: d, Count: 9}
+}
+
+// admit decides at TCP accept, by source address alone, how a connection's
+// handshake is run: a source the rules refuse now gets a short deadline for
+// its Request and a handshake slot apart from the allowed clients' (see
+// cm.Admission); the rules are checked again, and counted, on the Request.
+func (s *Server) admit(remote netip.AddrPort) cm.Admission {
+	if s.acl.Check(remote.Addr()) == nil {
+		s.m.Admissions.WithLabelValues("allowed").Inc()
+		return cm.Admission{}
+	}
+	s.m.Admissions.WithLabelValues("refused").Inc()
+	d := s.cfg.RefusedRequestTimeout
+	if d == 0 {
+		d = DefaultRefusedRequestTimeout
+	}
+	return cm.Admission{Untrusted: true, RequestTimeout: d}
 }
 
 // Serve accepts requests until ctx ends, then stops accepting, disconnects
@@ -228,96 +305,59 @@ func (s *Server) shutdown() error {
 	return nil
 }
 
-func (s *Server) refuse(req *cm.Request, kind, reason string) {
-	s.m.Handshakes.WithLabelValues("rejected", kind).Inc()
-	s.lg.Info("refused", zap.Stringer("remote", req.RemoteAddr), zap.String("why", kind), zap.String("reason", reason))
-	req.Reject([]byte(reason))
-}
-
 func (s *Server) handle(ctx context.Context, req *cm.Request) {
+	ss := &Session{s: s, req: req, lg: s.lg.With(zap.Stringer("remote", req.RemoteAddr))}
 	ap, _ := netip.ParseAddrPort(req.RemoteAddr.String())
 	release, refused := s.acl.Admit(ap.Addr())
 	if refused != nil {
-		s.refuse(req, refused.Kind, refused.Reason)
+		ss.Reject(refused.Kind, refused.Reason)
 		return
 	}
+	ss.release = release
 	pd := req.PrivateData
 	var serve func() error
 	switch {
 	case len(pd) == 0:
-		serve = func() error { return s.serveRping(ctx, req) }
+		ss.service = "rping"
+		serve = func() error { return s.serveRping(ctx, ss) }
 	case bytes.HasPrefix(pd, []byte(RegionPrefix)):
-		serve = func() error { return s.serveRegion(ctx, req, string(pd[len(RegionPrefix):])) }
+		ss.service = "region"
+		serve = func() error { return s.serveRegion(ctx, ss, string(pd[len(RegionPrefix):])) }
 	case bytes.HasPrefix(pd, []byte(PerfPrefix)) && s.Perf != nil:
-		serve = func() error {
-			s.m.Connections.Inc()
-			defer s.m.Connections.Dec()
-			return s.Perf(s.stopping, req, s.dev.AllocPD(), s.m)
-		}
+		ss.service = "perf"
+		serve = func() error { return s.Perf(s.stopping, ss, s.dev.AllocPD(), s.m) }
 	default:
-		release()
-		s.refuse(req, "unknown_service", "gosiw siwd: unknown service in private data")
-		return
-	}
-	defer release()
-	if err := serve(); err != nil && !errors.Is(err, context.Canceled) {
-		s.lg.Info("connection ended with error", zap.Stringer("remote", req.RemoteAddr), zap.Error(err))
-	}
-}
-
-// track registers an accepted connection for shutdown and metrics.
-func (s *Server) track(c *cm.Conn, qp *rdmap.QP) func() {
-	s.m.Handshakes.WithLabelValues("accepted", "").Inc()
-	s.m.Connections.Inc()
-	s.m.QPs.Inc()
-	s.m.CQs.Inc()
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	s.lg.Info("established", zap.Stringer("remote", c.RemoteAddr), zap.Uint32("qpn", qp.QPN()),
-		zap.Bool("crc", c.Params.CRC), zap.Int("ird", c.Params.IRD), zap.Int("ord", c.Params.ORD))
-	return func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.m.Connections.Dec()
-		s.m.QPs.Dec()
-		s.m.CQs.Dec()
-		st := qp.Stats()
-		s.m.Terminates.WithLabelValues("sent", "", "", "").Add(float64(st.TerminatesSent))
-		s.m.Terminates.WithLabelValues("received", "", "", "").Add(float64(st.TerminatesRecvd))
-		var te *rdmap.TerminateError
-		if err := qp.Err(); errors.As(err, &te) {
-			dir := "sent"
-			if te.Remote {
-				dir = "received"
-			}
-			s.m.Terminates.WithLabelValues(dir, te.Layer.String(), rdmap.ETypeName(te.Layer, te.EType),
-				rdmap.CodeName(te.Layer, te.EType, te.Code)).Inc()
+		ss.service = "unknown"
+		serve = func() error {
+			ss.Reject("unknown_service", "gosiw siwd: unknown service in private data")
+			return nil
 		}
-		s.lg.Info("closed", zap.Stringer("remote", c.RemoteAddr), zap.Uint32("qpn", qp.QPN()),
-			zap.Uint64("tx_bytes", st.TxBytes), zap.Uint64("rx_bytes", st.RxBytes), zap.NamedError("cause", qp.Err()))
 	}
+	ss.lg = ss.lg.With(zap.String("service", ss.service))
+	ss.end(serve())
 }
 
-func (s *Server) serveRping(ctx context.Context, req *cm.Request) error {
+func (s *Server) serveRping(ctx context.Context, ss *Session) error {
+	req := ss.Request()
+	// The endpoint's buffers: the ping it reads and the one it writes.
+	if err := ss.Reserve(2 * rping.MaxSize); err != nil {
+		ss.Reject("memory", err.Error())
+		return err
+	}
 	e, err := rping.NewEndpoint(s.dev.AllocPD(), rping.MaxSize, false)
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
 	defer e.Close()
 	if err := e.Arm(); err != nil {
-		req.Reject(nil)
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
-	conn, err := req.Accept(cm.ConnParam{QP: e.QP, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1)})
+	conn, err := ss.Accept(cm.ConnParam{QP: e.QP, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1)})
 	if err != nil {
-		s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
 		return err
 	}
-	untrack := s.track(conn, e.QP)
-	defer untrack()
 	defer conn.Close()
 	var last time.Time
 	n, err := e.Server(ctx, func(i int, data []byte) {
@@ -335,7 +375,7 @@ func (s *Server) serveRping(ctx context.Context, req *cm.Request) error {
 		s.m.Bytes.WithLabelValues("rx", "send").Add(2 * rping.MsgLen)
 		s.m.Bytes.WithLabelValues("tx", "send").Add(2 * rping.MsgLen)
 	})
-	s.lg.Info("rping served", zap.Stringer("remote", req.RemoteAddr), zap.Int("pings", n))
+	ss.lg.Debug("rping served", zap.Int("pings", n))
 	return err
 }
 
@@ -358,10 +398,11 @@ func ParseRegionReply(pd []byte) (stag rdmap.STag, size int64, acc Access, err e
 	return rdmap.STag(st), size, acc, err
 }
 
-func (s *Server) serveRegion(ctx context.Context, req *cm.Request, name string) error {
+func (s *Server) serveRegion(ctx context.Context, ss *Session, name string) error {
+	req := ss.Request()
 	r := s.regions[name]
 	if r == nil {
-		s.refuse(req, "no_region", fmt.Sprintf("gosiw siwd: no region named %.64q", name))
+		ss.Reject("no_region", fmt.Sprintf("gosiw siwd: no region named %.64q", name))
 		return nil
 	}
 	pd := s.dev.AllocPD()
@@ -374,30 +415,27 @@ func (s *Server) serveRegion(ctx context.Context, req *cm.Request, name string) 
 	}
 	mr, err := pd.RegisterMemory(r.mem, acc)
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: cannot register the region")
+		ss.Reject("resources", "gosiw siwd: cannot register the region")
 		return err
 	}
 	defer mr.Deregister()
 	cq, err := s.dev.CreateCQ(16)
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
 	defer cq.Close()
 	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
 	if err != nil {
-		s.refuse(req, "resources", "gosiw siwd: out of resources")
+		ss.Reject("resources", "gosiw siwd: out of resources")
 		return err
 	}
 	defer qp.Close()
-	conn, err := req.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
+	conn, err := ss.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
 		PrivateData: []byte(RegionReply(mr.STag(), r.Size, r.Access))})
 	if err != nil {
-		s.m.Handshakes.WithLabelValues("failed", "accept").Inc()
 		return err
 	}
-	untrack := s.track(conn, qp)
-	defer untrack()
 	defer conn.Close()
 	select {
 	case <-conn.Done():

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -142,9 +144,13 @@ func testCounter(t *testing.T, m *Metrics, series string) string {
 }
 
 func TestRegionReadWrite(t *testing.T) {
+	ro := filepath.Join(t.TempDir(), "ro.img")
+	if err := os.WriteFile(ro, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s, _, stop := startServer(t, &Config{Listen: "127.0.0.1:0", ShutdownTimeout: time.Second,
 		Regions: []Region{{Name: "scratch", Size: 1 << 20, Access: AccessRead | AccessWrite},
-			{Name: "ro", Size: 4096, File: t.TempDir() + "/ro.img", Access: AccessRead}}})
+			{Name: "ro", Size: 4096, File: ro, Access: AccessRead}}})
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -261,7 +261,15 @@ func run(ctx context.Context, transport string, o *Options, dial dialFunc) (*Res
 		})
 	}
 	intervals := make(chan []Interval)
-	go func() { intervals <- report(o, t0, stats, measured) }()
+	go func() {
+		var tick <-chan time.Time
+		if o.Interval > 0 {
+			t := time.NewTicker(o.Interval)
+			defer t.Stop()
+			tick = t.C
+		}
+		intervals <- report(o, t0, time.Now, tick, stats, measured)
+	}()
 	mwg.Wait()
 	close(measured)
 	res := &Result{Transport: transport, Intervals: <-intervals}
@@ -298,16 +306,22 @@ func firstErr(errs []error) error {
 	return nil
 }
 
-// report makes the interval reports until measured is closed, then the
-// last (partial) one.
-func report(o *Options, t0 time.Time, stats []streamStats, measured <-chan struct{}) []Interval {
+// report makes an interval report for each tick until measured is closed,
+// then the last (partial) one. An interval's bounds come from now (a
+// monotonic clock, time.Now in a run), read when the report is made: the
+// time a tick carries is when the runtime meant to fire it, and on a busy
+// machine one tick's time can lie before the time at which the previous one
+// was taken. Each interval starts where the previous one ended and ends no
+// earlier than it starts.
+func report(o *Options, t0 time.Time, now func() time.Time, tick <-chan time.Time, stats []streamStats, measured <-chan struct{}) []Interval {
 	type snap struct{ bytes, ops, latNS uint64 }
 	prev := make([]snap, len(stats))
 	last := t0
 	var out []Interval
-	take := func(now time.Time) {
+	take := func(at time.Time) {
+		at = maxTime(at, last)
 		iv := Interval{Streams: make([]StreamSummary, len(stats))}
-		a, b := last.Sub(t0).Seconds(), now.Sub(t0).Seconds()
+		a, b := last.Sub(t0).Seconds(), at.Sub(t0).Seconds()
 		var sb, so, sl uint64
 		for i := range stats {
 			cur := snap{stats[i].bytes.Load(), stats[i].ops.Load(), stats[i].latNS.Load()}
@@ -324,22 +338,16 @@ func report(o *Options, t0 time.Time, stats []streamStats, measured <-chan struc
 		if o.Op == OpPingPong && so > 0 {
 			iv.Sum.Latency = &Latency{Samples: so, MeanUS: float64(sl) / float64(so) / 1e3}
 		}
-		last = now
+		last = at
 		out = append(out, iv)
 		if o.OnInterval != nil {
 			o.OnInterval(&out[len(out)-1])
 		}
 	}
-	var tick <-chan time.Time
-	if o.Interval > 0 {
-		t := time.NewTicker(o.Interval)
-		defer t.Stop()
-		tick = t.C
-	}
 	for {
 		select {
-		case now := <-tick:
-			take(now)
+		case <-tick:
+			take(now())
 		case <-measured:
 			end := last
 			for i := range stats {

@@ -88,8 +88,36 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestRun runs every op with and without CRC, two streams for 200 ms, and
-// checks that the responder counted what the client did.
+// untilAllWorked returns a context for Run and an OnInterval that ends it
+// at the first interval by which every stream has done an operation: the
+// test stops on that event rather than after a wall-clock duration in
+// which a starved stream of a busy machine may do nothing. inner, when
+// set, sees each interval too.
+func untilAllWorked(t *testing.T, inner func(*Interval)) (context.Context, func(*Interval)) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	t.Cleanup(cancel)
+	var ops []uint64
+	return ctx, func(iv *Interval) {
+		if inner != nil {
+			inner(iv)
+		}
+		if ops == nil {
+			ops = make([]uint64, len(iv.Streams))
+		}
+		all := true
+		for i, s := range iv.Streams {
+			ops[i] += s.Ops
+			all = all && ops[i] > 0
+		}
+		if all {
+			cancel()
+		}
+	}
+}
+
+// TestRun runs every op with and without CRC, two streams until each has
+// done an operation, and checks that the responder counted what the client
+// did.
 func TestRun(t *testing.T) {
 	for _, op := range []Op{OpWrite, OpRead, OpSend, OpPingPong} {
 		for _, crc := range []bool{false, true} {
@@ -98,14 +126,15 @@ func TestRun(t *testing.T) {
 				var mu sync.Mutex
 				var infos []StreamInfo
 				var ivs int
+				ctx, onInterval := untilAllWorked(t, func(*Interval) { ivs++ })
 				o := &Options{Op: op, Size: 16 << 10, Depth: 8, Parallel: 2, CRC: crc,
-					Duration: 200 * time.Millisecond, Interval: 50 * time.Millisecond,
+					Duration: time.Hour, Interval: 50 * time.Millisecond,
 					OnConnect:  func(si StreamInfo) { mu.Lock(); infos = append(infos, si); mu.Unlock() },
-					OnInterval: func(*Interval) { ivs++ }}
+					OnInterval: onInterval}
 				if op == OpPingPong {
 					o.Size, o.Depth = 0, 0 // the defaults
 				}
-				res, err := Run(testCtx(t), addr, o)
+				res, err := Run(ctx, addr, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -211,11 +240,12 @@ func TestRunTCP(t *testing.T) {
 	}()
 	for _, op := range []Op{OpWrite, OpRead, OpSend, OpPingPong} {
 		t.Run(op.String(), func(t *testing.T) {
-			o := &Options{Op: op, Size: 16 << 10, Parallel: 2, Duration: 100 * time.Millisecond, Interval: 40 * time.Millisecond}
+			ctx, onInterval := untilAllWorked(t, nil)
+			o := &Options{Op: op, Size: 16 << 10, Parallel: 2, Duration: time.Hour, Interval: 40 * time.Millisecond, OnInterval: onInterval}
 			if op == OpPingPong {
 				o.Size = 0
 			}
-			res, err := RunTCP(testCtx(t), ln.Addr().String(), o)
+			res, err := RunTCP(ctx, ln.Addr().String(), o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -302,34 +332,11 @@ func TestReject(t *testing.T) {
 	}
 }
 
-// TestService runs the test through Service as siwd calls it, and checks
-// the metrics it keeps.
+// TestService runs the test through Service as siwd calls it (a daemon
+// Server with Perf set), and checks the metrics it keeps.
 func TestService(t *testing.T) {
-	dev, _ := rdmap.NewDevice(nil)
-	defer dev.Close()
 	ctx := testCtx(t)
-	ln, err := cm.Listen(ctx, "127.0.0.1:0", dev, &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	m := daemon.NewMetrics()
-	served := make(chan error, 1)
-	go func() {
-		for i := 0; i < 3; i++ {
-			req, err := ln.Accept(ctx)
-			if err != nil {
-				served <- err
-				return
-			}
-			// siwd's context outlives the connection.
-			if err := Service(context.WithoutCancel(ctx), req, dev.AllocPD(), m); err != nil {
-				served <- err
-				return
-			}
-		}
-		served <- nil
-	}()
+	ln, m, stop := startSiwd(t, &daemon.Config{})
 	var sent, wrote, read uint64
 	for _, op := range []Op{OpSend, OpWrite, OpPingPong} {
 		res, err := Run(ctx, ln.Addr().String(), &Options{Op: op, Size: 4096, Duration: 100 * time.Millisecond, Interval: -1})
@@ -348,8 +355,9 @@ func TestService(t *testing.T) {
 			read = res.Sum.Ops
 		}
 	}
-	if err := <-served; err != nil {
-		t.Fatal(err)
+	stop()
+	if got := counter(t, m, "siwd_handshakes_total", "", ""); got != 3 {
+		t.Errorf("%v handshakes counted, want 3", got)
 	}
 	if got := counter(t, m, "siwd_bytes_total", "rx", "send"); got != float64(sent+read*4096) {
 		t.Errorf("rx send bytes %v, want %d", got, sent+read*4096)
@@ -406,10 +414,9 @@ func counter(t *testing.T, m *daemon.Metrics, name, dir, opcode string) float64 
 // still finish and the result is complete.
 func TestRunStopsWithContext(t *testing.T) {
 	addr, _, _ := startServer(t, nil)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
+	ctx, onInterval := untilAllWorked(t, nil)
 	res, err := Run(ctx, addr, &Options{Op: OpWrite, Duration: time.Hour, Interval: 20 * time.Millisecond,
-		OnInterval: func(*Interval) { cancel() }})
+		OnInterval: onInterval})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,15 +43,31 @@ type ConnInfo struct {
 }
 
 // Service serves one perf Request that siwd has taken: it accepts it (or
-// rejects it with a readable reason of at most MaxPrivateData bytes),
+// rejects it with a readable reason of at most MaxPrivateData bytes)
+// through ss, which counts and logs the connection as siwd does every one,
 // serves the test until the client disconnects or the connection ends,
 // and returns. ctx being done disconnects the connection gracefully. m,
 // when not nil, counts the operations and bytes served (dir/opcode) and
 // the pingpong echo latency (op "perf_pingpong"); write and read are
 // counted when the test ends.
-func Service(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Metrics) error {
-	_, err := serveConn(ctx, req, pd, m, 0, nil)
+func Service(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Metrics) error {
+	ans := answer{accept: ss.Accept, reject: func(reason []byte) { ss.Reject("perf", string(reason)) },
+		limit: ss.MemoryLimit(), reserve: ss.Reserve}
+	_, err := serveConn(ctx, ss.Request(), ans, pd, m, 0, nil)
 	return err
+}
+
+// answer is how serveConn answers its request: through siwd's Session
+// (which counts and logs the connection) or, standalone, the request's
+// own methods.
+type answer struct {
+	accept func(cm.ConnParam) (*cm.Conn, error)
+	reject func(reason []byte)
+	// limit bounds the buffers of the connection (MaxBuffer when 0);
+	// reserve, when set, takes them from siwd's memory budget, or says
+	// why not.
+	limit   int64
+	reserve func(n int64) error
 }
 
 // ServerConfig configures a standalone responder (Serve). The zero value
@@ -118,8 +134,20 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			return err
 		}
+		ans := answer{accept: req.Accept, reject: func(reason []byte) { req.Reject(reason) }}
+		if m := s.cfg.Metrics; m != nil {
+			ans.accept = func(p cm.ConnParam) (*cm.Conn, error) {
+				c, err := req.Accept(p)
+				if err != nil {
+					m.Handshakes.WithLabelValues("failed", "accept").Inc()
+					return nil, err
+				}
+				m.Handshakes.WithLabelValues("accepted", "").Inc()
+				return c, nil
+			}
+		}
 		wg.Go(func() {
-			info, err := serveConn(ctx, req, s.dev.AllocPD(), s.cfg.Metrics, id, s.cfg.OnConn)
+			info, err := serveConn(ctx, req, ans, s.dev.AllocPD(), s.cfg.Metrics, id, s.cfg.OnConn)
 			if s.cfg.OnConn != nil && info.Event != "refused" {
 				info.Event, info.Err = "ended", err
 				s.cfg.OnConn(info)
@@ -212,12 +240,12 @@ func add(c prometheus.Counter, v uint64) {
 
 // serveConn answers req and serves the connection. It returns what
 // OnConn is told at the end.
-func serveConn(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Metrics, id int, onConn func(ConnInfo)) (ConnInfo, error) {
+func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m *daemon.Metrics, id int, onConn func(ConnInfo)) (ConnInfo, error) {
 	info := ConnInfo{ID: id, Transport: "gosiw", Remote: req.RemoteAddr}
 	refuse := func(err error) (ConnInfo, error) {
 		reason := RejectText(err)
 		info.Event, info.Reason = "refused", string(reason)
-		req.Reject(reason)
+		ans.reject(reason)
 		if onConn != nil {
 			onConn(info)
 		}
@@ -228,24 +256,17 @@ func serveConn(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Met
 		return refuse(err)
 	}
 	info.Params = p
-	r, release, err := newResponder(pd, p)
+	r, release, err := newResponder(pd, p, ans)
 	if err != nil {
 		return refuse(fmt.Errorf("responder out of resources: %v", err))
 	}
 	defer release()
 	reply := AppendReply(nil, &Reply{STag: r.stag(), Len: len(r.buf), Recvs: r.recvs})
-	conn, err := req.Accept(cm.ConnParam{QP: r.qp, IRD: clampIRDORD(req.ORD), ORD: clampIRDORD(req.IRD), PrivateData: reply})
+	conn, err := ans.accept(cm.ConnParam{QP: r.qp, IRD: clampIRDORD(req.ORD), ORD: clampIRDORD(req.IRD), PrivateData: reply})
 	if err != nil {
 		return info, fmt.Errorf("perf: accept %v: %w", req.RemoteAddr, err)
 	}
 	defer conn.Close()
-	if m != nil {
-		m.Handshakes.WithLabelValues("accepted", "").Inc()
-		m.QPs.Inc()
-		m.CQs.Inc()
-		defer m.QPs.Dec()
-		defer m.CQs.Dec()
-	}
 	start := time.Now()
 	info.Event, info.CRC = "accepted", conn.Params.CRC
 	if onConn != nil {
@@ -286,9 +307,14 @@ func serveConn(ctx context.Context, req *cm.Request, pd *rdmap.PD, m *daemon.Met
 func clampIRDORD(n int) int { return min(max(n, 1), rdmap.MaxIRDORD) }
 
 // newResponder allocates the buffers, CQ and QP for p and posts the
-// receives. release frees them (after the QP is closed).
-func newResponder(pd *rdmap.PD, p Params) (*responder, func(), error) {
+// receives: at most ans.limit bytes of buffers (MaxBuffer when 0), taken
+// from ans.reserve when set. release frees them (after the QP is closed).
+func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error) {
 	r := &responder{p: p, ctrl: make([]byte, 0, ctrlLen)}
+	limit := MaxBuffer
+	if ans.limit > 0 {
+		limit = int(min(ans.limit, MaxBuffer))
+	}
 	bufLen := 0
 	switch p.Op {
 	case OpWrite, OpRead:
@@ -296,13 +322,19 @@ func newResponder(pd *rdmap.PD, p Params) (*responder, func(), error) {
 		r.recvs, r.slotLen = 2, ctrlLen
 	case OpSend:
 		r.slotLen = max(p.Size, ctrlLen)
-		r.recvs = min(max(2*p.Depth, 4), 512, MaxBuffer/r.slotLen)
+		r.recvs = min(max(2*p.Depth, 4), 512, limit/r.slotLen)
 	case OpPingPong:
 		r.slotLen = max(p.Size, ctrlLen)
 		r.recvs = 4
 	}
-	if r.recvs < 2 || bufLen+r.recvs*r.slotLen > MaxBuffer {
-		return nil, nil, fmt.Errorf("%d bytes of buffers over the limit of %d", bufLen+r.recvs*r.slotLen, MaxBuffer)
+	need := bufLen + max(r.recvs, 2)*r.slotLen
+	if r.recvs < 2 || need > limit {
+		return nil, nil, fmt.Errorf("%d bytes of buffers over the limit of %d per connection", need, limit)
+	}
+	if ans.reserve != nil {
+		if err := ans.reserve(int64(need)); err != nil {
+			return nil, nil, err
+		}
 	}
 	r.batch = (r.recvs + 3) / 4
 	var cleanup []func() error

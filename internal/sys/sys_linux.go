@@ -97,3 +97,52 @@ func (m *Mapping) Unmap() error {
 	}
 	return nil
 }
+
+// FileMapping is the first bytes of a file mapped shared into memory:
+// stores through Data (when writable) reach the file, and changes to the
+// file by others show in Data. A mapping of a file that another process
+// truncates faults (SIGBUS) where Data lies past the new end.
+type FileMapping struct {
+	// Data is the mapped memory, len(Data) the size asked for.
+	Data []byte
+}
+
+// MapFile maps the first n bytes of f, shared; readable only (PROT_READ)
+// unless writable is set. f must be open for reading, and for writing too
+// when writable is set; it may be closed once MapFile returns (the mapping
+// keeps the file). MapFile neither grows nor truncates the file: one
+// shorter than n is refused, as a mapping past its end would fault.
+func MapFile(f *os.File, n int64, writable bool) (*FileMapping, error) {
+	if n <= 0 || int64(int(n)) != n {
+		return nil, fmt.Errorf("sys: mapping size %d", n)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < n {
+		return nil, fmt.Errorf("sys: %s holds %d bytes, fewer than the %d to map", f.Name(), st.Size(), n)
+	}
+	prot := unix.PROT_READ
+	if writable {
+		prot |= unix.PROT_WRITE
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(n), prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	return &FileMapping{Data: b}, nil
+}
+
+// Unmap releases the mapping. Data must not be touched afterwards.
+func (m *FileMapping) Unmap() error {
+	if m.Data == nil {
+		return nil
+	}
+	err := unix.Munmap(m.Data)
+	m.Data = nil
+	if err != nil {
+		return os.NewSyscallError("munmap", err)
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -383,6 +384,70 @@ func TestRegions(t *testing.T) {
 	}
 	if out, code := siw(t, "region", "read", d.addr, "scratch", "--offset", "4194300", "--length", "8"); code == 0 || !strings.Contains(out, "past the end") {
 		t.Fatalf("read past the end: exit %d\n%s", code, out)
+	}
+	d.stop(t)
+}
+
+// TestMemoryBudgetFlags: siwd --memory-per-conn refuses a perf test whose
+// buffers do not fit, and the client shows siwd's reason.
+func TestMemoryBudgetFlags(t *testing.T) {
+	d := startSiwd(t, "--memory-per-conn", "32K", "--memory-budget", "1M", "--idle-timeout", "1m")
+	out, code := siw(t, "perf", "write", "-t", "100ms", d.addr)
+	if code == 0 || !strings.Contains(out, "over the limit of 32768 per connection") {
+		t.Fatalf("perf write (64 KiB messages) with 32 KiB per connection: exit %d\n%s", code, out)
+	}
+	if v := metricValue(scrape(t, d.metrics), `siwd_handshakes_total{reason="perf",result="rejected"}`); v != "1" {
+		t.Errorf("rejected perf handshakes = %q, want 1", v)
+	}
+	d.stop(t)
+}
+
+// TestStrangersDoNotDelayAllowedClients is issue 9's report through the
+// binaries: with --allow 127.0.0.1/32, 1100 TCP connections from other
+// loopback addresses that never send a Request (more than siwd's 1024
+// handshake slots) are open when an allowed client pings; the ping
+// succeeds while every stranger is still stalled (the config gives them
+// an hour), and the strangers past siwd's pool for them were closed at
+// accept. (That a stranger that sends its Request hears the reason is
+// internal/daemon's TestAdmissionBeforeWork.)
+func TestStrangersDoNotDelayAllowedClients(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "siwd.toml")
+	if err := os.WriteFile(cfg, []byte("refused_request_timeout = \"1h\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startSiwd(t, "--config", cfg, "--allow", "127.0.0.1/32")
+	host, port := d.hostPort()
+	const strangers = 1100
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range strangers {
+		// 10 connections from each of 110 addresses 127.0.1.1 ...
+		dl := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(1+i/2000), byte(1+(i%2000)/10))}}
+		c, err := dl.Dial("tcp", d.addr)
+		if err != nil {
+			t.Fatalf("stranger %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	// Wait until siwd has accepted and classed them all.
+	for end := time.Now().Add(60 * time.Second); metricValue(scrape(t, d.metrics), `siwd_admissions_total{class="refused"}`) != fmt.Sprint(strangers); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("siwd classed %s of %d strangers", metricValue(scrape(t, d.metrics), `siwd_admissions_total{class="refused"}`), strangers)
+		}
+	}
+	if out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "3"); code != 0 {
+		t.Fatalf("allowed client behind %d stalled strangers: exit %d\n%s", strangers, code, out)
+	}
+	body := scrape(t, d.metrics)
+	if v := metricValue(body, `siwd_handshakes_total{reason="timeout",result="failed"}`); v != "" {
+		t.Errorf("%s stranger handshakes timed out before the ping was done", v)
+	}
+	if v := metricValue(body, `siwd_handshakes_total{reason="busy",result="failed"}`); v == "" {
+		t.Errorf("no stranger was closed at accept:\n%s", grepLines(body, "siwd_handshakes"))
 	}
 	d.stop(t)
 }
