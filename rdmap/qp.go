@@ -77,6 +77,13 @@ type QPConfig struct {
 	// DisconnectTimeout bounds a graceful disconnect: how long the QP
 	// waits for the peer's FIN after its own (default 3s).
 	DisconnectTimeout time.Duration
+	// RxStallTimeout bounds how long the receive engine waits for the
+	// rest of an FPDU of which part has arrived: when the peer sends
+	// nothing more for that long, the QP ends with the LLP Terminate "TCP
+	// connection closed, terminated or lost" whose cause is ErrRxStalled.
+	// An idle connection between FPDUs never times out. Zero means the
+	// default, 60s; a negative value turns the limit off.
+	RxStallTimeout time.Duration
 }
 
 func (c *QPConfig) populate() error {
@@ -110,6 +117,12 @@ func (c *QPConfig) populate() error {
 	}
 	if c.DisconnectTimeout <= 0 {
 		c.DisconnectTimeout = defaultDisconnectTimeout
+	}
+	switch {
+	case c.RxStallTimeout == 0:
+		c.RxStallTimeout = defaultRxStall
+	case c.RxStallTimeout < 0:
+		c.RxStallTimeout = 0
 	}
 	return nil
 }

@@ -277,7 +277,9 @@ func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
 		_ = conn.Close()
 		return
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	dl := time.Now().Add(wait)
+	qp.rx.shutdownAt.Store(dl.UnixNano()) // before the deadline: see rxio.go
+	_ = conn.SetReadDeadline(dl)
 }
 
 // txSendTerminate sends the Terminate (best effort: the stream is at an
