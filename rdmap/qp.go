@@ -171,6 +171,10 @@ type QP struct {
 	// broken is set with err: the engines stop processing FPDUs and work
 	// requests.
 	broken atomic.Bool
+	// aborting is set before the state change of an abrupt end: the
+	// connection is reset, and the send engine must not send a FIN first
+	// (the peer would read a graceful close before the RST).
+	aborting atomic.Bool
 	// bell is the send engine's doorbell (non-blocking, coalescing).
 	bell chan struct{}
 	// rxFirst is closed once the first FPDU has arrived; a responder sends
@@ -464,6 +468,7 @@ func (qp *QP) Disconnect(abrupt bool) {
 		if first {
 			qp.err = ErrAborted
 		}
+		qp.aborting.Store(true)
 		_ = qp.setStateLocked(StateError)
 		conn := qp.conn
 		qp.mu.Unlock()

@@ -225,6 +225,15 @@ func (qp *QP) rxEnd(conn net.Conn, err error) {
 	}
 	switch {
 	case err == io.EOF:
+		if rerr := sockError(conn); rerr != nil {
+			// A FIN and then a RST: recv reports the FIN first (and
+			// a send may already have consumed the error), so ask the
+			// socket. An abrupt close is never a graceful one.
+			qp.aborting.Store(true)
+			qp.fail(fmt.Errorf("rdmap: receive: connection reset by the peer after its FIN: %w", rerr), nil)
+			abortConn(conn)
+			return
+		}
 		qp.peerClosed()
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		// Best effort: the peer may still read after its FIN.
@@ -245,6 +254,7 @@ func (qp *QP) rxEnd(conn net.Conn, err error) {
 			qp.ring()
 			return
 		}
+		qp.aborting.Store(true)
 		qp.fail(fmt.Errorf("rdmap: receive: %w", err), nil)
 		abortConn(conn)
 	}

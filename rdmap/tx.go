@@ -178,6 +178,7 @@ func (qp *QP) txLoop(conn net.Conn) {
 			if t.err == nil {
 				t.err = err
 			}
+			qp.aborting.Store(true)
 			qp.fail(err, nil)
 			abortConn(conn)
 			continue
@@ -268,6 +269,9 @@ func (qp *QP) orqEmpty() bool {
 // engine stops waiting for the peer (to drain after a Terminate, or for
 // the peer's FIN after a graceful close).
 func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
+	if qp.aborting.Load() {
+		return // reset, not closed: no FIN before the RST
+	}
 	wait := qp.cfg.DisconnectTimeout
 	if errorPath {
 		wait = termLinger
