@@ -781,7 +781,8 @@ func (qp *QP) validateSend(wr *SendWR) error {
 }
 
 // PostRecv posts a receive work request. On a QP in ERROR it succeeds
-// and the request completes at once with WCWRFlushErr.
+// and the request completes at once with WCWRFlushErr. An SGL longer in
+// total than MaxRecvLen is refused with ErrInvalidWR.
 func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
@@ -789,10 +790,8 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if len(wr.SGL) > qp.cfg.MaxRecvSGE {
 		return ErrTooManySGE
 	}
-	for _, s := range wr.SGL {
-		if s.MR == nil {
-			return ErrInvalidSGE
-		}
+	if err := checkRecvSGL(wr.SGL); err != nil {
+		return err
 	}
 	qp.rqMu.Lock()
 	if qp.rqTail-qp.rqHead >= uint64(qp.cfg.MaxRecvWR) {

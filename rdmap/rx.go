@@ -855,6 +855,11 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	case OpSend, OpSendInv, OpSendSE, OpSendSEInv:
 		return rx.beginSend(dh, op, ulen-hl)
 	}
+	if !rx.last {
+		// Read Requests, atomics, Immediate Data and Terminates are
+		// single-segment messages (RFC 5040 §4.4, §4.8; RFC 7306).
+		return rx.intersection()
+	}
 	body := ulen - hl
 	size, minimum := ctrlBody(op)
 	if body < minimum {
@@ -981,6 +986,12 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 		if op != rx.recvOp {
 			return rx.intersection()
 		}
+		if (op == OpSendInv || op == OpSendSEInv) && STag(dh.RsvdULP32()) != rx.recvInv {
+			// Every segment of a Send with Invalidate names the same
+			// STag.
+			rx.recvStatus = WCRemInvReqErr
+			return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeCannotInvalidate, true)
+		}
 	} else {
 		if msn != rx.msn[QNSend] {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
@@ -1013,6 +1024,12 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 	}
 	pd := qp.pdForRecv()
 	for n := uint64(plen); n > 0; {
+		if rx.recvSge >= int(rx.recv.nsge) {
+			// Unreachable while recvMO+plen <= recvTotal <= MaxRecvLen;
+			// a guard, never an index past the SGL.
+			rx.recvStatus = WCLocLenErr
+			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
+		}
 		s := &rx.recv.sgl[rx.recvSge]
 		avail := uint64(s.Length) - rx.recvSgeOff
 		if avail == 0 {
