@@ -54,9 +54,31 @@ import (
 // the connection. A Data Sink that must never see such bytes can set
 // QPConfig.BufferedRx, which checks the CRC before placing.
 //
+// Header first (issue 9): the DDP header, with the RDMAP control byte in
+// it, is checked as soon as its bytes are in, before the rest of the
+// ULPDU is awaited. Without CRC a failed check is answered at once with
+// its Terminate (as siw does) and the rest of the stream is drained.
+// With CRC, our reading of RFC 5044 (the CRC covers the whole FPDU, and
+// an FPDU whose CRC fails is an MPA error, not a ULPDU to hand to DDP)
+// and of RFC 5041 (only placement may precede validation; delivery may
+// not) is that nothing is acted on, Terminate included, before the CRC
+// that covers the header has checked: the engine reads (without placing)
+// the at most 64 KiB left of the FPDU, and a bad CRC is what gets
+// reported (bad-crc-hides-bad-stag in hostile_test.go). In both cases no
+// state waits without an end: a partial FPDU that makes no progress for
+// QPConfig.RxStallTimeout ends the QP with the LLP Terminate (rxio.go).
+//
+// Memory fences: every write into registered memory (placement from the
+// socket or the buffer, atomics) happens between enterPlace and
+// leavePlace, which publish the region and recheck its STag word; an
+// invalidation waits for them (MR.fence, mr.go), so once Deregister or
+// Invalidate has returned no byte lands there. A segment cut that way
+// gets cutTerm's Terminate.
+//
 // With markers (or QPConfig.BufferedRx) the engine uses mpa.Deframer,
 // which reads whole FPDUs, removes markers and checks the CRC first; the
-// payload is then copied from its buffer.
+// payload is then copied from its buffer. Its headers are checked once
+// the whole FPDU is in (at most 64 KiB, and bounded by the stall timeout).
 
 const (
 	rxBufSize = 96 << 10 // holds any FPDU (65544 bytes) plus read-ahead
