@@ -160,7 +160,8 @@ func (d *Device) removeQP(qp *QP) {
 }
 
 // Close destroys every queue pair of the device (abruptly, flushing their
-// work requests) and refuses new objects. Memory regions and mappings
+// work requests) and refuses new objects. When it returns no receive
+// engine of the device places anything any more. Memory regions and mappings
 // stay usable until their owners release them. Close is idempotent.
 func (d *Device) Close() error {
 	d.mu.Lock()
