@@ -2,7 +2,6 @@ package rdmap_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -271,5 +270,4 @@ func runFence(t *testing.T, path, kind, trig string) {
 			t.Fatalf("WR 1 completed successfully: %+v", wc)
 		}
 	}
-	_ = context.Background
 }
