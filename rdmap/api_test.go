@@ -94,12 +94,19 @@ func TestAllocMemory(t *testing.T) {
 	if _, err := pd.RegisterMemory(other, 0); err != nil {
 		t.Fatal(err)
 	}
-	// Close with a region still registered: the mapping stays until the
-	// region goes.
-	mem.Close()
-	mem.Close()
+	// Close with a region still registered is refused: the mapping stays
+	// usable until the region goes.
+	if err := mem.Close(); err != rdmap.ErrBusy {
+		t.Fatalf("Close with a registered region: %v, want ErrBusy", err)
+	}
 	mr.Bytes()[0] = 1 // still mapped
 	mr.Deregister()
+	if err := mem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCQ(t *testing.T) {

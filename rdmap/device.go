@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -42,6 +43,12 @@ type Device struct {
 	// device, so they are atomic with respect to each other.
 	atomicMu sync.Mutex
 
+	// fenceMu and fenceCond let invalidations wait for the receive
+	// engines placing into a region (MR.fence). Lock order: fenceMu ->
+	// mu.
+	fenceMu   sync.Mutex
+	fenceCond *sync.Cond
+
 	stats deviceCounters
 }
 
@@ -62,13 +69,29 @@ func NewDevice(cfg *Config) (*Device, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	start := binary.LittleEndian.Uint32(b[:])%maxSTagIndex + 1
-	return &Device{
+	d := &Device{
 		lg:      lg.Named("rdmap"),
 		cfg:     c,
 		mrs:     make(map[uint32]*MR),
 		nextIdx: start,
 		qps:     make(map[*QP]struct{}),
-	}, nil
+	}
+	d.fenceCond = sync.NewCond(&d.fenceMu)
+	return d, nil
+}
+
+// pokePlacers interrupts the read of every receive engine placing into
+// mr: its read deadline is set to now, so a read parked in the poller
+// returns at once and the engine rechecks the region.
+func (d *Device) pokePlacers(mr *MR) {
+	now := time.Now()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for qp := range d.qps {
+		if qp.rx.placing.Load() == mr {
+			_ = qp.rx.conn.SetReadDeadline(now)
+		}
+	}
 }
 
 // Logger returns the device's logger.
@@ -137,7 +160,8 @@ func (d *Device) removeQP(qp *QP) {
 }
 
 // Close destroys every queue pair of the device (abruptly, flushing their
-// work requests) and refuses new objects. Memory regions and mappings
+// work requests) and refuses new objects. When it returns no receive
+// engine of the device places anything any more. Memory regions and mappings
 // stay usable until their owners release them. Close is idempotent.
 func (d *Device) Close() error {
 	d.mu.Lock()

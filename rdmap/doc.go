@@ -38,6 +38,18 @@
 //
 // Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
 //
+// # Memory fences
+//
+// Once MR.Deregister or MR.Invalidate has returned, a Local Invalidate
+// has completed, a Send with Invalidate has been received, or QP.Close or
+// Device.Close has returned, no peer byte lands in that memory again, on
+// any receive path: a segment being placed at that moment is cut (the
+// wait is bounded by one read syscall), the rest of its FPDU discarded,
+// and its QP ends with the Terminate for an invalid STag. Memory.Close
+// refuses (ErrBusy) while a region is registered over the memory. A
+// partial FPDU that makes no progress for QPConfig.RxStallTimeout ends
+// its QP; nothing waits on a peer without an end.
+//
 // # Errors
 //
 // Every protocol error ends in the Terminate RFC 5040/5041/5044 prescribe,

@@ -28,6 +28,7 @@ type victim struct {
 	otherPD *rdmap.MR // in another PD
 	recv    *rdmap.MR
 	srcMR   *rdmap.MR
+	rwMR    *rdmap.MR // remote read/write, no remote atomic
 }
 
 const (
@@ -62,6 +63,7 @@ func newVictim(t *testing.T, dev *rdmap.Device, cfg rdmap.QPConfig) *victim {
 	v.otherPD = reg(dev.AllocPD(), v.window, accAll)
 	v.recv = reg(v.pd, make([]byte, 128), rdmap.AccessLocalWrite)
 	v.srcMR = reg(v.pd, make([]byte, 64), rdmap.AccessLocalWrite)
+	v.rwMR = reg(v.pd, v.window, rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite|rdmap.AccessRemoteRead)
 	return v
 }
 
@@ -91,6 +93,9 @@ type hostileCase struct {
 	// is always flushed).
 	recvStatus rdmap.WCStatus
 	layout     rdmap.Layout
+	// stalls: the offending FPDU never completes; the paths that read
+	// whole FPDUs (buffered, markers) answer with the stall Terminate.
+	stalls bool
 }
 
 func tagged(stag rdmap.STag, to uint64, payload []byte, last bool) []byte {
@@ -257,6 +262,76 @@ var hostileCases = []hostileCase{
 	{name: "siw-layout", o: rdmaptest.Options{TerminateLayoutSiw: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.mr.STag()^0x5a5a00, 0, make([]byte, 16), true))
 	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true, layout: rdmap.LayoutSiw},
+	// Single-segment messages (issue 9 §4).
+	{name: "read-request-not-last", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, false, 0)
+		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag()}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+	{name: "atomic-not-last", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, false, 0)
+		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag(), TO: 0, AddSwap: 1}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+	{name: "terminate-not-last", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpTerminate, rdmap.QNTerminate, 1, 0, false, 0)
+		return sendULPDU(p, rdmap.AppendTerminate(h, &rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteOperation, Code: rdmap.CodeUnspecified}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+	{name: "send-invalidate-stag-changes", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 0, false, v.mr.STag()), 1, 2, 3, 4))
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 4, true, v.localMR.STag()), 5))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+	// Read Responses that do not match the outstanding Read (issue 9 §7).
+	{name: "read-response-too-long", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		stag, to := readRequestOf(t, p)
+		return sendULPDU(p, readResponse(stag, to, make([]byte, 16)))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	{name: "read-response-wrong-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		stag, to := readRequestOf(t, p)
+		return sendULPDU(p, readResponse(stag^0x100, to, make([]byte, 8)))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "read-response-wrong-to", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		stag, to := readRequestOf(t, p)
+		return sendULPDU(p, readResponse(stag, to+4, make([]byte, 4)))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	{name: "atomic-no-atomic-right", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.rwMR.STag(), TO: 0, AddSwap: 1}))
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeAccessRights, hdr: true},
+	{name: "write-after-invalidation", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		if err := v.mr.Invalidate(); err != nil {
+			t.Fatal(err)
+		}
+		return sendULPDU(p, tagged(v.mr.STag(), 16, bytes.Repeat([]byte{1}, 16), true))
+	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	// Garbage after the handshake, declaring a ULPDU that never comes:
+	// answered from the header (as siw does) on the header-first path;
+	// the paths that read whole FPDUs first (the Deframer's) end with the
+	// stall Terminate instead.
+	{name: "garbage-header", stalls: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendRaw([]byte{0x13, 0x37, 0x41, 0x00, 0xde, 0xad, 0xbe, 0xef, 0xca, 0xfe, 0xba, 0xbe, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a})
+		return nil
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeInvalidVersion},
+	{name: "second-mpa-request", stalls: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		p.SendRaw([]byte("MPA ID Req Frame\x10\x02\x00\x04\x00\x01\x00\x01"))
+		return nil
+	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeInvalidVersion},
+}
+
+// readRequestOf lets the victim send its Read Request (a first FPDU
+// opens its send side) and returns the sink STag and TO it names.
+func readRequestOf(t *testing.T, p *rdmaptest.RawPeer) (rdmap.STag, uint64) {
+	t.Helper()
+	p.Write(0x100, 0, nil, true)
+	ul, err := p.NextFPDU(10 * time.Second)
+	if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+		t.Fatalf("no Read Request from the victim: %v", err)
+	}
+	rr := rdmap.ReadRequest(ul[ddp.UntaggedHeaderLen:])
+	return rr.SinkSTag(), rr.SinkTO()
+}
+
+func readResponse(stag rdmap.STag, to uint64, payload []byte) []byte {
+	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse), STag: stag, TO: to})
+	return append(h, payload...)
 }
 
 // TestHostilePeer sends each kind of protocol violation from a raw peer
@@ -278,6 +353,10 @@ func TestHostilePeer(t *testing.T) {
 					c.cfg.BufferedRx = true
 				case "markers":
 					c.o.MarkersAB = true
+				}
+				if c.stalls && path != "direct" {
+					c.cfg.RxStallTimeout = 100 * time.Millisecond
+					c.layer, c.etype, c.code = rdmap.LayerLLP, mpa.TermTypeMPA, uint8(mpa.TermTCPClosed)
 				}
 				t.Run(c.name, func(t *testing.T) { runHostile(t, dev, ha, hb, c) })
 			}

@@ -1,6 +1,7 @@
 package rdmap
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/gosiw/gosiw/internal/sys"
@@ -18,6 +19,9 @@ type Memory struct {
 	hi    uintptr
 	refs  atomic.Int64 // the owner plus one per memory region over it
 	close atomic.Bool
+
+	mu  sync.Mutex
+	mrs map[*MR]struct{} // regions registered over it; +checklocks:mu
 }
 
 // AllocMemory maps n bytes of zeroed memory outside the Go heap (pinned
@@ -47,13 +51,25 @@ func (mem *Memory) Bytes() []byte { return mem.m.Data }
 // Len returns the size of the mapping.
 func (mem *Memory) Len() int { return len(mem.m.Data) }
 
-// Close releases the memory: it is unmapped as soon as no memory region
-// over it remains registered and no work request uses it. Close is
-// idempotent.
+// Close releases the memory. It is refused with ErrBusy while a memory
+// region is still registered over it (deregister those first: once their
+// Deregister has returned no peer byte lands in the memory); the memory
+// then stays mapped and usable, and Close may be called again. Once Close
+// succeeded Bytes must not be used; the mapping itself goes as soon as no
+// work request in flight still reads it, so no engine ever touches
+// unmapped memory. Close is idempotent.
 func (mem *Memory) Close() error {
-	if !mem.close.CompareAndSwap(false, true) {
+	mem.mu.Lock()
+	if mem.close.Load() {
+		mem.mu.Unlock()
 		return nil
 	}
+	if len(mem.mrs) > 0 {
+		mem.mu.Unlock()
+		return ErrBusy
+	}
+	mem.close.Store(true)
+	mem.mu.Unlock()
 	d := mem.dev
 	d.mu.Lock()
 	for i, x := range d.mems {
@@ -65,6 +81,27 @@ func (mem *Memory) Close() error {
 	d.mu.Unlock()
 	mem.release()
 	return nil
+}
+
+// addMR records a region registered over the memory; it fails once Close
+// has begun.
+func (mem *Memory) addMR(mr *MR) bool {
+	mem.mu.Lock()
+	defer mem.mu.Unlock()
+	if mem.close.Load() {
+		return false
+	}
+	if mem.mrs == nil {
+		mem.mrs = make(map[*MR]struct{})
+	}
+	mem.mrs[mr] = struct{}{}
+	return true
+}
+
+func (mem *Memory) removeMR(mr *MR) {
+	mem.mu.Lock()
+	delete(mem.mrs, mr)
+	mem.mu.Unlock()
 }
 
 func (mem *Memory) release() {

@@ -67,6 +67,11 @@ type MR struct {
 	// released when it drops to zero.
 	refs  atomic.Int64
 	dereg atomic.Bool
+	// placers counts the receive engines placing into the region right
+	// now (between enterPlace and leavePlace); fenceWaiters the
+	// invalidations waiting for them to leave (see fence).
+	placers      atomic.Int32
+	fenceWaiters atomic.Int32
 }
 
 // RegisterMemory registers buf with the given access rights and returns
@@ -94,6 +99,11 @@ func (pd *PD) RegisterMemory(buf []byte, access Access) (*MR, error) {
 		return nil, err
 	}
 	mr.index = idx
+	if mem != nil && !mem.addMR(mr) {
+		d.freeIndex(idx, mr)
+		mem.release()
+		return nil, ErrClosed
+	}
 	mr.refs.Store(1)
 	mr.st.Store(mrValid | uint64(idx<<8))
 	d.stats.mrs.Add(1)
@@ -126,7 +136,9 @@ func (mr *MR) SGE(off, n int) SGE { return SGE{MR: mr, Offset: uint64(off), Leng
 
 // Invalidate invalidates the region's STag now, as a Local Invalidate
 // work request does in SQ order. As in verbs, invalidating an invalid
-// region is not an error.
+// region is not an error. When Invalidate returns, no byte reaches the
+// region through the old STag any more, on any path: a segment being
+// placed into it at that moment is cut (see Deregister).
 func (mr *MR) Invalidate() error {
 	if mr.dereg.Load() {
 		return ErrClosed
@@ -135,13 +147,71 @@ func (mr *MR) Invalidate() error {
 	return nil
 }
 
+// invalidate clears the valid bit and fences: it returns once no receive
+// engine is placing into the region any more. The caller must not be
+// placing into memory itself (no receive engine calls it mid-placement).
 func (mr *MR) invalidate() {
 	for {
 		old := mr.st.Load()
 		if mr.st.CompareAndSwap(old, old&^mrValid) {
-			return
+			break
 		}
 	}
+	mr.fence()
+}
+
+// fence waits until no receive engine is inside a placement into the
+// region. Paired with enterPlace: the engine publishes itself in placers
+// and then loads st; fence is called after st changed and then loads
+// placers (both sequentially consistent), so either the engine sees the
+// change and places nothing, or fence sees the engine and waits for it.
+// An engine waiting in the poller for the peer's next bytes is poked
+// (its read deadline set to now); it then finds the STag changed, cuts
+// the segment and leaves. The wait is bounded by one read syscall or
+// one copy of at most an FPDU.
+func (mr *MR) fence() {
+	if mr.placers.Load() == 0 {
+		return
+	}
+	d := mr.dev
+	mr.fenceWaiters.Add(1)
+	d.fenceMu.Lock()
+	for mr.placers.Load() != 0 {
+		d.pokePlacers(mr)
+		d.fenceCond.Wait()
+	}
+	d.fenceMu.Unlock()
+	mr.fenceWaiters.Add(-1)
+}
+
+// enterPlace publishes that rx is about to write into mr, which it
+// validated when the STag word was want. It reports false (and publishes
+// nothing) when the word changed since: invalidated, deregistered or
+// rekeyed. Every true must be paired with leavePlace.
+func (rx *rxEngine) enterPlace(mr *MR, want uint64) bool {
+	rx.placing.Store(mr)
+	mr.placers.Add(1)
+	if mr.st.Load() == want {
+		return true
+	}
+	rx.leavePlace(mr)
+	return false
+}
+
+// placeValid reports whether the region rx is placing into still has the
+// STag word it was validated with; checked before each read syscall that
+// writes into it.
+func placeValid(mr *MR, want uint64) bool { return mr.st.Load() == want }
+
+// leavePlace ends a placement and wakes the fences waiting for it.
+func (rx *rxEngine) leavePlace(mr *MR) {
+	if mr.placers.Add(-1) == 0 && mr.fenceWaiters.Load() > 0 {
+		d := mr.dev
+		d.fenceMu.Lock()
+		d.fenceCond.Broadcast()
+		d.fenceMu.Unlock()
+	}
+	rx.placing.Store(nil)
 }
 
 // Rekey gives an invalidated region a new 8-bit key and makes it valid
@@ -162,14 +232,24 @@ func (mr *MR) Rekey(key uint8) (STag, error) {
 	return STag(s), nil
 }
 
-// Deregister invalidates the region and frees its STag. Work requests in
-// flight that already hold the region finish with it; the memory of an
-// AllocMemory region is unmapped only after the last of them.
+// Deregister invalidates the region and frees its STag. When it returns,
+// no byte is placed into the region again by any receive path (tagged
+// Write, Read Response, Send into a posted or SRQ receive, atomics): a
+// segment being placed into it at that moment is cut, the rest of its
+// FPDU discarded, and its QP ends with the Terminate for an invalid STag
+// (an untagged receive: a local protection error). The wait is bounded
+// by one read syscall. Work requests in flight that only read the
+// region (Sends, Writes and Read Responses being transmitted) finish
+// with it; the memory of an AllocMemory region is unmapped only after
+// the last of them.
 func (mr *MR) Deregister() error {
 	if !mr.dereg.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
 	mr.invalidate()
+	if mr.mem != nil {
+		mr.mem.removeMR(mr)
+	}
 	mr.dev.freeIndex(mr.index, mr)
 	mr.dev.stats.mrs.Add(-1)
 	mr.release()

@@ -77,6 +77,13 @@ type QPConfig struct {
 	// DisconnectTimeout bounds a graceful disconnect: how long the QP
 	// waits for the peer's FIN after its own (default 3s).
 	DisconnectTimeout time.Duration
+	// RxStallTimeout bounds how long the receive engine waits for the
+	// rest of an FPDU of which part has arrived: when the peer sends
+	// nothing more for that long, the QP ends with the LLP Terminate "TCP
+	// connection closed, terminated or lost" whose cause is ErrRxStalled.
+	// An idle connection between FPDUs never times out. Zero means the
+	// default, 60s; a negative value turns the limit off.
+	RxStallTimeout time.Duration
 }
 
 func (c *QPConfig) populate() error {
@@ -110,6 +117,12 @@ func (c *QPConfig) populate() error {
 	}
 	if c.DisconnectTimeout <= 0 {
 		c.DisconnectTimeout = defaultDisconnectTimeout
+	}
+	switch {
+	case c.RxStallTimeout == 0:
+		c.RxStallTimeout = defaultRxStall
+	case c.RxStallTimeout < 0:
+		c.RxStallTimeout = 0
 	}
 	return nil
 }
@@ -158,6 +171,10 @@ type QP struct {
 	// broken is set with err: the engines stop processing FPDUs and work
 	// requests.
 	broken atomic.Bool
+	// aborting is set before the state change of an abrupt end: the
+	// connection is reset, and the send engine must not send a FIN first
+	// (the peer would read a graceful close before the RST).
+	aborting atomic.Bool
 	// bell is the send engine's doorbell (non-blocking, coalescing).
 	bell chan struct{}
 	// rxFirst is closed once the first FPDU has arrived; a responder sends
@@ -451,6 +468,7 @@ func (qp *QP) Disconnect(abrupt bool) {
 		if first {
 			qp.err = ErrAborted
 		}
+		qp.aborting.Store(true)
 		_ = qp.setStateLocked(StateError)
 		conn := qp.conn
 		qp.mu.Unlock()
@@ -763,7 +781,8 @@ func (qp *QP) validateSend(wr *SendWR) error {
 }
 
 // PostRecv posts a receive work request. On a QP in ERROR it succeeds
-// and the request completes at once with WCWRFlushErr.
+// and the request completes at once with WCWRFlushErr. An SGL longer in
+// total than MaxRecvLen is refused with ErrInvalidWR.
 func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
@@ -771,10 +790,8 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if len(wr.SGL) > qp.cfg.MaxRecvSGE {
 		return ErrTooManySGE
 	}
-	for _, s := range wr.SGL {
-		if s.MR == nil {
-			return ErrInvalidSGE
-		}
+	if err := checkRecvSGL(wr.SGL); err != nil {
+		return err
 	}
 	qp.rqMu.Lock()
 	if qp.rqTail-qp.rqHead >= uint64(qp.cfg.MaxRecvWR) {

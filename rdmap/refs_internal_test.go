@@ -93,9 +93,14 @@ func TestRefsBalance(t *testing.T) {
 	if r := mem.refs.Load(); r != 1+int64(len(mrs)) {
 		t.Errorf("memory holds %d references, want %d", r, 1+len(mrs))
 	}
-	mem.Close()
+	if err := mem.Close(); err != ErrBusy {
+		t.Errorf("Close with registered regions: %v", err)
+	}
 	for _, mr := range mrs {
 		mr.Deregister()
+	}
+	if err := mem.Close(); err != nil {
+		t.Error(err)
 	}
 	if r := mem.refs.Load(); r != 0 {
 		t.Errorf("memory holds %d references after everything is released", r)

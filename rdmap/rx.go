@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -53,9 +54,31 @@ import (
 // the connection. A Data Sink that must never see such bytes can set
 // QPConfig.BufferedRx, which checks the CRC before placing.
 //
+// Header first (issue 9): the DDP header, with the RDMAP control byte in
+// it, is checked as soon as its bytes are in, before the rest of the
+// ULPDU is awaited. Without CRC a failed check is answered at once with
+// its Terminate (as siw does) and the rest of the stream is drained.
+// With CRC, our reading of RFC 5044 (the CRC covers the whole FPDU, and
+// an FPDU whose CRC fails is an MPA error, not a ULPDU to hand to DDP)
+// and of RFC 5041 (only placement may precede validation; delivery may
+// not) is that nothing is acted on, Terminate included, before the CRC
+// that covers the header has checked: the engine reads (without placing)
+// the at most 64 KiB left of the FPDU, and a bad CRC is what gets
+// reported (bad-crc-hides-bad-stag in hostile_test.go). In both cases no
+// state waits without an end: a partial FPDU that makes no progress for
+// QPConfig.RxStallTimeout ends the QP with the LLP Terminate (rxio.go).
+//
+// Memory fences: every write into registered memory (placement from the
+// socket or the buffer, atomics) happens between enterPlace and
+// leavePlace, which publish the region and recheck its STag word; an
+// invalidation waits for them (MR.fence, mr.go), so once Deregister or
+// Invalidate has returned no byte lands there. A segment cut that way
+// gets cutTerm's Terminate.
+//
 // With markers (or QPConfig.BufferedRx) the engine uses mpa.Deframer,
 // which reads whole FPDUs, removes markers and checks the CRC first; the
-// payload is then copied from its buffer.
+// payload is then copied from its buffer. Its headers are checked once
+// the whole FPDU is in (at most 64 KiB, and bounded by the stall timeout).
 
 const (
 	rxBufSize = 96 << 10 // holds any FPDU (65544 bytes) plus read-ahead
@@ -93,6 +116,20 @@ type rxEngine struct {
 	vfn        func(uintptr) bool
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
+	// placing is the region a placement is writing into (nil between
+	// placements), for fences to find whom to poke (MR.fence).
+	placing atomic.Pointer[MR]
+	// shutdownAt is the read deadline the send engine set when it shut
+	// its side down (Unix ns; 0: none). See rxio.go.
+	shutdownAt atomic.Int64
+	stall      time.Duration // QPConfig.RxStallTimeout (0: off)
+	progressAt time.Time     // when a read last returned data
+	armed      bool          // the stall deadline is set
+	inFPDU     bool          // fpduDirect is past the first bytes of an FPDU
+	draining   bool
+	// The placement in progress on the raw path (readvFD's check).
+	curMR *MR
+	curST uint64
 	// err is the receive direction's first fatal error (sticky): the
 	// Terminate it detected, or why reading stopped.
 	err error
@@ -106,6 +143,8 @@ type rxEngine struct {
 	last   bool
 	plen   int
 	plan   [MaxSGE + 1][]byte
+	planMR [MaxSGE + 1]*MR    // the region of each plan entry
+	planST [MaxSGE + 1]uint64 // its STag word when validated
 	nplan  int
 	refs   [MaxSGE + 1]*MR
 	nrefs  int
@@ -142,11 +181,12 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.qp, rx.conn = qp, conn
 	rx.crc = qp.p.CRC
 	rx.msn = [4]uint32{1, 1, 1, 1}
+	rx.stall = qp.cfg.RxStallTimeout
 	rx.buffered = qp.cfg.BufferedRx || qp.p.MarkersRx || len(qp.p.Leftover) > rxBufSize/2
 	if rx.buffered {
-		var r io.Reader = conn
+		var r io.Reader = rxReader{rx}
 		if len(qp.p.Leftover) > 0 {
-			r = io.MultiReader(bytes.NewReader(qp.p.Leftover), conn)
+			r = io.MultiReader(bytes.NewReader(qp.p.Leftover), r)
 		}
 		rx.df = mpa.NewDeframer(r, mpa.DeframerConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersRx})
 		return
@@ -202,11 +242,24 @@ func (qp *QP) rxEnd(conn net.Conn, err error) {
 	}
 	switch {
 	case err == io.EOF:
+		if rerr := sockError(conn); rerr != nil {
+			// A FIN and then a RST: recv reports the FIN first (and
+			// a send may already have consumed the error), so ask the
+			// socket. An abrupt close is never a graceful one.
+			qp.aborting.Store(true)
+			qp.fail(fmt.Errorf("rdmap: receive: connection reset by the peer after its FIN: %w", rerr), nil)
+			abortConn(conn)
+			return
+		}
 		qp.peerClosed()
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		// Best effort: the peer may still read after its FIN.
 		ti := llpTerm(mpa.TermTCPClosed)
 		ti.cause = errTruncated
+		qp.fail(ti.err(), ti)
+	case errors.Is(err, ErrRxStalled):
+		ti := llpTerm(mpa.TermTCPClosed)
+		ti.cause = ErrRxStalled
 		qp.fail(ti.err(), ti)
 	case qp.rx.selfClosed.Load():
 		qp.ring()
@@ -218,6 +271,7 @@ func (qp *QP) rxEnd(conn net.Conn, err error) {
 			qp.ring()
 			return
 		}
+		qp.aborting.Store(true)
 		qp.fail(fmt.Errorf("rdmap: receive: %w", err), nil)
 		abortConn(conn)
 	}
@@ -261,9 +315,11 @@ func (rx *rxEngine) drain() error {
 	buf := tmp[:]
 	if rx.b != nil {
 		buf = rx.b
+		rx.r, rx.w = 0, 0
 	}
+	rx.draining = true
 	for {
-		if _, err := rx.conn.Read(buf); err != nil {
+		if _, err := rx.read(buf); err != nil {
 			return err
 		}
 	}
@@ -284,6 +340,7 @@ func (rx *rxEngine) runDirect() error {
 			return rx.drain()
 		}
 		ti, err := rx.fpduDirect()
+		rx.inFPDU = false
 		rx.dropRefs()
 		if err != nil {
 			return err
@@ -311,7 +368,7 @@ func (rx *rxEngine) fill(n int) error {
 		if rx.big {
 			limit = min(limit, rx.r+n+bigSlack)
 		}
-		m, err := rx.conn.Read(rx.b[rx.w:limit])
+		m, err := rx.read(rx.b[rx.w:limit])
 		rx.w += m
 		if rx.w-rx.r >= n {
 			return nil
@@ -325,9 +382,16 @@ func (rx *rxEngine) fill(n int) error {
 	}
 }
 
-// readInto fills d with the next payload bytes: first from the buffer,
-// then, for a long remainder, straight from the socket.
-func (rx *rxEngine) readInto(d []byte) error {
+// readInto fills d, part of mr validated with the STag word want, with
+// the next payload bytes: first from the buffer, then, for a long
+// remainder, straight from the socket. Every write into d happens inside
+// a placement (enterPlace .. leavePlace) and only while mr's STag word is
+// still want; it returns errCut as soon as it is not. Waiting for bytes
+// that go through the buffer is not a placement.
+func (rx *rxEngine) readInto(d []byte, mr *MR, want uint64) error {
+	if !rx.enterPlace(mr, want) {
+		return errCut
+	}
 	n := copy(d, rx.b[rx.r:rx.w])
 	rx.r += n
 	if n > 0 {
@@ -335,20 +399,31 @@ func (rx *rxEngine) readInto(d []byte) error {
 	}
 	d = d[n:]
 	if len(d) == 0 {
+		rx.leavePlace(mr)
 		return nil
 	}
 	if len(d) >= directMin {
 		rx.qp.stats.rxDirect.Add(uint64(len(d)))
+		var err error
 		if rx.rawc != nil {
-			return unexpected(rx.readDirect(d))
+			rx.curMR, rx.curST = mr, want
+			err = rx.readDirect(d)
+			rx.curMR = nil
+		} else {
+			err = rx.readFull(d, mr, want)
 		}
-		_, err := io.ReadFull(rx.conn, d)
+		rx.leavePlace(mr)
 		return unexpected(err)
 	}
+	rx.leavePlace(mr)
 	if err := rx.fill(len(d)); err != nil {
 		return unexpected(err)
 	}
+	if !rx.enterPlace(mr, want) {
+		return errCut
+	}
 	copy(d, rx.b[rx.r:rx.r+len(d)])
+	rx.leavePlace(mr)
 	rx.r += len(d)
 	rx.qp.stats.rxCopied.Add(uint64(len(d)))
 	return nil
@@ -361,19 +436,32 @@ func (rx *rxEngine) readInto(d []byte) error {
 func (rx *rxEngine) readDirect(d []byte) error {
 	const lookahead = bigSlack + 8
 	rx.r, rx.w = 0, 0
+	rx.arm()
 	for len(d) > 0 {
 		rx.viov[0] = d
 		rx.viov[1] = rx.b[rx.w:min(len(rx.b), rx.w+lookahead)]
-		if err := rx.rawc.Read(rx.vfn); err != nil {
-			return err
+		err := rx.rawc.Read(rx.vfn)
+		n := rx.vn
+		if err == nil {
+			err = rx.verr
 		}
-		n, err := rx.vn, rx.verr
 		if err != nil {
-			return err
+			rx.viov = [2][]byte{}
+			if err == errCut || !errors.Is(err, os.ErrDeadlineExceeded) {
+				return err
+			}
+			if !placeValid(rx.curMR, rx.curST) {
+				return errCut
+			}
+			if err = rx.expired(); err != nil {
+				return err
+			}
+			continue
 		}
 		if n == 0 {
 			return io.EOF
 		}
+		rx.progress()
 		if n <= len(d) {
 			d = d[n:]
 			continue
@@ -389,6 +477,10 @@ func (rx *rxEngine) readDirect(d []byte) error {
 // the socket to become readable.
 func (rx *rxEngine) readvFD(fd uintptr) bool {
 	for {
+		if !placeValid(rx.curMR, rx.curST) {
+			rx.vn, rx.verr = 0, errCut
+			return true
+		}
 		n, err := unix.Readv(int(fd), rx.viov[:])
 		switch err {
 		case unix.EINTR:
@@ -410,6 +502,7 @@ func (rx *rxEngine) fpduDirect() (*termInfo, error) {
 		return nil, err
 	}
 	rx.gotFirst()
+	rx.inFPDU = true
 	ulen := int(binary.BigEndian.Uint16(rx.b[rx.r:]))
 	if ulen < ddp.TaggedHeaderLen {
 		return rx.malformedDirect(ulen)
@@ -421,25 +514,44 @@ func (rx *rxEngine) fpduDirect() (*termInfo, error) {
 	if ulen < hl {
 		return rx.malformedDirect(ulen)
 	}
+	// Header first: the DDP header (with the RDMAP control byte) is
+	// checked as soon as it is in, before any byte of the rest is
+	// awaited; a control message's body (the rest of its ULPDU) is read
+	// only once its header passed.
 	if err := rx.fill(mpa.LengthFieldLen + hl); err != nil {
 		return nil, unexpected(err)
 	}
-	need := headerNeed(rx.b[rx.r+mpa.LengthFieldLen:rx.r+mpa.LengthFieldLen+hl], ulen)
-	if err := rx.fill(mpa.LengthFieldLen + need); err != nil {
-		return nil, unexpected(err)
-	}
-	h := rx.b[rx.r : rx.r+mpa.LengthFieldLen+need]
+	h := rx.b[rx.r : rx.r+mpa.LengthFieldLen+hl]
 	rx.c = 0
 	if rx.crc {
 		rx.c = mpa.UpdateCRC(0, h)
 	}
 	rx.r += len(h)
 	if ti := rx.begin(ulen, h[mpa.LengthFieldLen:]); ti != nil {
-		return rx.discardRest(ulen-need, ti)
+		if !rx.crc {
+			// Nothing to wait for: answer now (as siw does); the rest
+			// of the FPDU is drained with the stream.
+			return ti, nil
+		}
+		return rx.discardRest(ulen-hl, ti)
+	}
+	if need := headerNeed(h[mpa.LengthFieldLen:], ulen); need > hl {
+		if err := rx.fill(need - hl); err != nil {
+			return nil, unexpected(err)
+		}
+		body := rx.b[rx.r : rx.r+need-hl]
+		if rx.crc {
+			rx.c = mpa.UpdateCRC(rx.c, body)
+		}
+		rx.hn += copy(rx.hdr[rx.hn:], body)
+		rx.r += len(body)
 	}
 	for i := range rx.nplan {
 		d := rx.plan[i]
-		if err := rx.readInto(d); err != nil {
+		if err := rx.readInto(d, rx.planMR[i], rx.planST[i]); err != nil {
+			if err == errCut {
+				return rx.cutTerm(), nil
+			}
 			return nil, err
 		}
 		if rx.crc {
@@ -515,6 +627,9 @@ func (rx *rxEngine) discardRest(n int, ti *termInfo) (*termInfo, error) {
 func (rx *rxEngine) malformedDirect(ulen int) (*termInfo, error) {
 	rx.ulen = ulen
 	rx.c = 0
+	if !rx.crc {
+		return rx.shortTerm(), nil
+	}
 	if err := rx.fill(mpa.LengthFieldLen + ulen); err != nil {
 		return nil, unexpected(err)
 	}
@@ -580,7 +695,12 @@ func (rx *rxEngine) fpduBuffered(ul []byte) *termInfo {
 	}
 	p := ul[need:]
 	for i := range rx.nplan {
+		mr := rx.planMR[i]
+		if !rx.enterPlace(mr, rx.planST[i]) {
+			return rx.cutTerm()
+		}
 		n := copy(rx.plan[i], p)
+		rx.leavePlace(mr)
 		p = p[n:]
 		rx.plan[i] = nil
 		rx.qp.stats.rxCopied.Add(uint64(n))
@@ -696,8 +816,24 @@ func (rx *rxEngine) dropRefs() {
 	rx.nrefs = 0
 	for i := range rx.nplan {
 		rx.plan[i] = nil
+		rx.planMR[i] = nil
 	}
 	rx.nplan = 0
+}
+
+// cutTerm is the Terminate for a segment whose target memory was
+// invalidated or deregistered while it was being placed: the answer the
+// header check would have given had the region been invalid then.
+func (rx *rxEngine) cutTerm() *termInfo {
+	switch rx.op {
+	case OpWrite:
+		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
+	case OpReadResponse:
+		rx.qp.setWRStatus(rx.orqE, WCLocProtErr)
+		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
+	}
+	rx.recvStatus = WCLocProtErr
+	return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 }
 
 // begin validates the FPDU whose ULPDU is ulen bytes long and starts with
@@ -735,6 +871,11 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 		return rx.beginReadResp(dh, ulen-hl)
 	case OpSend, OpSendInv, OpSendSE, OpSendSEInv:
 		return rx.beginSend(dh, op, ulen-hl)
+	}
+	if !rx.last {
+		// Read Requests, atomics, Immediate Data and Terminates are
+		// single-segment messages (RFC 5040 §4.4, §4.8; RFC 7306).
+		return rx.intersection()
 	}
 	body := ulen - hl
 	size, minimum := ctrlBody(op)
@@ -790,10 +931,11 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 			}
 			rx.tagMR = mr
 		}
+		st := mr.st.Load()
 		if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(plen)); e != accessOK {
 			return rx.term(LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
 		}
-		rx.plan[0] = mr.buf[to : to+uint64(plen)]
+		rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(plen)], mr, st
 		rx.nplan = 1
 	}
 	rx.tagActive, rx.tagOp, rx.tagSTag, rx.tagTO = true, OpWrite, stag, to+uint64(plen)
@@ -829,11 +971,12 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	rx.plen = plen
 	if plen > 0 {
 		start := o.off + uint64(o.got)
+		st := o.mr.st.Load()
 		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen)); e != accessOK {
 			qp.setWRStatus(o, WCLocProtErr)
 			return rx.term(LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
 		}
-		rx.plan[0] = o.mr.buf[start : start+uint64(plen)]
+		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[start:start+uint64(plen)], o.mr, st
 		rx.nplan = 1
 	}
 	rx.orqE = o
@@ -859,6 +1002,12 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 		}
 		if op != rx.recvOp {
 			return rx.intersection()
+		}
+		if (op == OpSendInv || op == OpSendSEInv) && STag(dh.RsvdULP32()) != rx.recvInv {
+			// Every segment of a Send with Invalidate names the same
+			// STag.
+			rx.recvStatus = WCRemInvReqErr
+			return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeCannotInvalidate, true)
 		}
 	} else {
 		if msn != rx.msn[QNSend] {
@@ -892,6 +1041,12 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 	}
 	pd := qp.pdForRecv()
 	for n := uint64(plen); n > 0; {
+		if rx.recvSge >= int(rx.recv.nsge) {
+			// Unreachable while recvMO+plen <= recvTotal <= MaxRecvLen;
+			// a guard, never an index past the SGL.
+			rx.recvStatus = WCLocLenErr
+			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
+		}
 		s := &rx.recv.sgl[rx.recvSge]
 		avail := uint64(s.Length) - rx.recvSgeOff
 		if avail == 0 {
@@ -901,11 +1056,12 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 		}
 		k := min(avail, n)
 		start := s.Offset + rx.recvSgeOff
+		st := s.MR.st.Load()
 		if s.MR.checkLocal(pd, AccessLocalWrite, start, k) != accessOK || !rx.addRef(s.MR) {
 			rx.recvStatus = WCLocProtErr
 			return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 		}
-		rx.plan[rx.nplan] = s.MR.buf[start : start+k]
+		rx.plan[rx.nplan], rx.planMR[rx.nplan], rx.planST[rx.nplan] = s.MR.buf[start:start+k], s.MR, st
 		rx.nplan++
 		rx.recvSgeOff += k
 		n -= k
@@ -1101,6 +1257,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	if mr == nil {
 		return rx.term(LayerRDMAP, ETypeRemoteProtection, CodeInvalidSTag, true)
 	}
+	st := mr.st.Load()
 	e := mr.check(qp.pd, a.STag, AccessRemoteAtomic, a.TO, 8)
 	if e == accessOK && a.TO%8 != 0 {
 		e = accessBounds
@@ -1109,6 +1266,10 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 		return rx.term(LayerRDMAP, ETypeRemoteProtection, e.rdmapCode(), true)
 	}
 	if !mr.acquire() {
+		return rx.term(LayerRDMAP, ETypeRemoteProtection, CodeInvalidSTag, true)
+	}
+	if !rx.enterPlace(mr, st) {
+		mr.release()
 		return rx.term(LayerRDMAP, ETypeRemoteProtection, CodeInvalidSTag, true)
 	}
 	p := mr.buf[a.TO : a.TO+8]
@@ -1122,6 +1283,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	}
 	binary.LittleEndian.PutUint64(p, v)
 	qp.dev.atomicMu.Unlock()
+	rx.leavePlace(mr)
 	mr.release()
 	qp.sqMu.Lock()
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{atomic: true, reqID: a.ReqID, orig: orig}
@@ -1166,11 +1328,13 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode, true)
 	}
 	rx.msn[QNAtomic]++
-	if o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8) != accessOK {
+	st := o.mr.st.Load()
+	if o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8) != accessOK || !rx.enterPlace(o.mr, st) {
 		qp.setWRStatus(o, WCLocProtErr)
 		return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 	}
 	binary.LittleEndian.PutUint64(o.mr.buf[o.off:o.off+8], a.OriginalValue)
+	rx.leavePlace(o.mr)
 	qp.completeORQ()
 	return nil
 }

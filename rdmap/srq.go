@@ -46,15 +46,14 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 	return &SRQ{pd: pd, maxWR: c.MaxWR, maxSGE: c.MaxSGE, ring: make([]rqEntry, n), mask: uint64(n - 1)}, nil
 }
 
-// PostRecv posts a receive work request to the SRQ.
+// PostRecv posts a receive work request to the SRQ. An SGL longer in
+// total than MaxRecvLen is refused with ErrInvalidWR.
 func (s *SRQ) PostRecv(wr RecvWR) error {
 	if len(wr.SGL) > s.maxSGE {
 		return ErrTooManySGE
 	}
-	for _, g := range wr.SGL {
-		if g.MR == nil {
-			return ErrInvalidSGE
-		}
+	if err := checkRecvSGL(wr.SGL); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,7 +2,10 @@ package rdmap
 
 import (
 	"net"
+	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/internal/sys"
@@ -89,6 +92,26 @@ func abortConn(c net.Conn) {
 		_ = tc.SetLinger(0)
 	}
 	_ = c.Close()
+}
+
+// sockError returns the socket's pending error (SO_ERROR; reading it
+// clears it), or nil for a connection without one.
+func sockError(c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var serr int
+	if err := rc.Control(func(fd uintptr) {
+		serr, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	}); err != nil || serr == 0 {
+		return nil
+	}
+	return os.NewSyscallError("recv", syscall.Errno(serr))
 }
 
 // closeWrite sends a FIN if the connection supports half-close. It

@@ -178,6 +178,7 @@ func (qp *QP) txLoop(conn net.Conn) {
 			if t.err == nil {
 				t.err = err
 			}
+			qp.aborting.Store(true)
 			qp.fail(err, nil)
 			abortConn(conn)
 			continue
@@ -268,6 +269,9 @@ func (qp *QP) orqEmpty() bool {
 // engine stops waiting for the peer (to drain after a Terminate, or for
 // the peer's FIN after a graceful close).
 func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
+	if qp.aborting.Load() {
+		return // reset, not closed: no FIN before the RST
+	}
 	wait := qp.cfg.DisconnectTimeout
 	if errorPath {
 		wait = termLinger
@@ -277,7 +281,9 @@ func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
 		_ = conn.Close()
 		return
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	dl := time.Now().Add(wait)
+	qp.rx.shutdownAt.Store(dl.UnixNano()) // before the deadline: see rxio.go
+	_ = conn.SetReadDeadline(dl)
 }
 
 // txSendTerminate sends the Terminate (best effort: the stream is at an

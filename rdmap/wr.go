@@ -83,9 +83,34 @@ type SendWR struct {
 
 // RecvWR is a receive work request: the buffer for one incoming Send (or
 // Immediate Data message). PostRecv copies it.
+//
+// The SGL's total length may not exceed MaxRecvLen: a message's offset
+// (the DDP MO) is 32 bits, so no more can be addressed. SGEs may overlap
+// (as in verbs and siw): the payload is scattered in SGL order, so in an
+// overlap the later SGE's bytes are the ones that stay.
 type RecvWR struct {
 	ID  uint64
 	SGL []SGE
+}
+
+// MaxRecvLen is the largest total SGL length of a receive work request:
+// what the 32-bit message offset of an untagged DDP segment addresses.
+const MaxRecvLen = 1<<32 - 1
+
+// checkRecvSGL validates a receive's SGL (the SGE count is checked by
+// the caller).
+func checkRecvSGL(sgl []SGE) error {
+	var total uint64
+	for _, s := range sgl {
+		if s.MR == nil {
+			return ErrInvalidSGE
+		}
+		total += uint64(s.Length)
+	}
+	if total > MaxRecvLen {
+		return ErrInvalidWR
+	}
+	return nil
 }
 
 // WCStatus is the outcome of a work request.

@@ -1,0 +1,169 @@
+package rdmap
+
+import (
+	"errors"
+	"os"
+	"time"
+)
+
+// The receive engine owns the connection's read deadline. Three parties
+// want it:
+//
+//   - the receive engine itself, for QPConfig.RxStallTimeout: a partial
+//     FPDU that makes no progress for that long ends the QP;
+//   - the send engine, which bounds the wait for the peer's FIN once it
+//     has shut its side down (txShutdown stores shutdownAt first, then
+//     sets the deadline);
+//   - fences (MR.fence), which set the deadline to now to interrupt a
+//     placement read parked in the poller.
+//
+// A read that fails with a deadline error goes through expired: past
+// shutdownAt it is the send engine's (the read's error stands); a stalled
+// partial FPDU gives ErrRxStalled; anything else (a poke, or the stall
+// timer running out while the stream makes progress or is idle) re-arms
+// the engine's deadline and the read is retried. The engine arms its
+// deadline once and re-arms it only when it fires, so a read costs no
+// deadline call, only a clock read when a stall timeout is set.
+
+// ErrRxStalled is the cause of the LLP Terminate (TCP connection lost) a
+// QP sends when the peer sent part of an FPDU and then nothing more for
+// QPConfig.RxStallTimeout.
+var ErrRxStalled = errors.New("rdmap: the peer sent part of an FPDU and then nothing for longer than the receive stall timeout")
+
+// errCut is the placement error of a segment whose target memory was
+// invalidated or deregistered while it was being placed.
+var errCut = errors.New("rdmap: target memory invalidated during placement")
+
+// defaultRxStall is QPConfig.RxStallTimeout's default.
+const defaultRxStall = 60 * time.Second
+
+// partial reports whether part of an FPDU has arrived and its rest is
+// awaited.
+func (rx *rxEngine) partial() bool {
+	if rx.draining {
+		return false
+	}
+	if rx.df != nil {
+		return len(rx.df.Buffered()) > 0
+	}
+	return rx.inFPDU || rx.w > rx.r
+}
+
+// arm sets the engine's first stall deadline.
+func (rx *rxEngine) arm() {
+	if rx.stall > 0 && !rx.armed {
+		rx.armed = true
+		rx.progressAt = time.Now()
+		rx.setDeadline(rx.progressAt.Add(rx.stall))
+	}
+}
+
+// progress records that a read returned data.
+func (rx *rxEngine) progress() {
+	if rx.stall > 0 {
+		rx.progressAt = time.Now()
+	}
+}
+
+// expired handles a read that failed with a deadline error: nil means
+// retry (the deadline is re-armed); otherwise the error ends reading.
+func (rx *rxEngine) expired() error {
+	now := time.Now()
+	if s := rx.shutdownAt.Load(); s != 0 && now.UnixNano() >= s {
+		return os.ErrDeadlineExceeded
+	}
+	var dl time.Time
+	if rx.stall > 0 {
+		base := now
+		if rx.partial() {
+			if now.Sub(rx.progressAt) >= rx.stall {
+				return ErrRxStalled
+			}
+			base = rx.progressAt
+		}
+		dl = base.Add(rx.stall)
+	}
+	rx.setDeadline(dl)
+	return nil
+}
+
+// setDeadline sets the read deadline to dl (zero: none), or to the send
+// engine's shutdownAt if that comes first. A shutdownAt stored while this
+// runs is applied too: the send engine stores it before it sets the
+// deadline itself, so one of the two calls sees the other.
+func (rx *rxEngine) setDeadline(dl time.Time) {
+	for {
+		s := rx.shutdownAt.Load()
+		t := dl
+		if s != 0 {
+			if st := time.Unix(0, s); t.IsZero() || st.Before(t) {
+				t = st
+			}
+		}
+		_ = rx.conn.SetReadDeadline(t)
+		if rx.shutdownAt.Load() == s {
+			return
+		}
+	}
+}
+
+// read reads from the connection into the engine's own buffers (never
+// into registered memory), retrying reads the deadline interrupted for
+// nothing.
+func (rx *rxEngine) read(p []byte) (int, error) {
+	rx.arm()
+	for {
+		n, err := rx.conn.Read(p)
+		if n > 0 {
+			rx.progress()
+		}
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			if n > 0 {
+				return n, nil
+			}
+			if err = rx.expired(); err == nil {
+				continue
+			}
+		}
+		return n, err
+	}
+}
+
+// readFull reads len(d) bytes from the connection straight into d, part
+// of mr validated with the STag word want, checking before each read that
+// the word is unchanged (the path for connections without a raw file
+// descriptor, such as net.Pipe).
+func (rx *rxEngine) readFull(d []byte, mr *MR, want uint64) error {
+	rx.arm()
+	for len(d) > 0 {
+		if !placeValid(mr, want) {
+			return errCut
+		}
+		n, err := rx.conn.Read(d)
+		if n > 0 {
+			rx.progress()
+			d = d[n:]
+		}
+		if err != nil {
+			if len(d) == 0 {
+				return nil
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if !placeValid(mr, want) {
+					return errCut
+				}
+				if err = rx.expired(); err == nil {
+					continue
+				}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// rxReader is the connection as the Deframer of the buffered path reads
+// it.
+type rxReader struct{ rx *rxEngine }
+
+func (r rxReader) Read(p []byte) (int, error) { return r.rx.read(p) }
