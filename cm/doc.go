@@ -120,4 +120,7 @@
 // bytes come; a listener runs at most MaxHandshakes of them at once, and
 // holds at most its backlog of requests waiting for an answer (more are
 // rejected).
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package cm

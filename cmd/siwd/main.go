@@ -9,6 +9,9 @@
 //
 // SIGTERM and SIGINT stop it gracefully; SIGHUP reloads the access rules
 // from the config file and the --allow flags.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 
 	"github.com/gosiw/gosiw/internal/daemon"
 	"github.com/gosiw/gosiw/internal/perf"
+	"github.com/gosiw/gosiw/internal/version"
 )
 
 func main() {
@@ -40,6 +44,7 @@ type flags struct {
 	config, listen, metrics, logFormat, logLevel, shutdown string
 	allow, regions                                         []string
 	maxConns, maxPerClient                                 int
+	lockMemory                                             bool
 }
 
 func newRootCmd() *cobra.Command {
@@ -50,10 +55,12 @@ func newRootCmd() *cobra.Command {
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd, &f)
 		},
 	}
+	cmd.SetVersionTemplate("siwd {{.Version}}\n")
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "TOML config file (flags given override it)")
 	fl.StringVar(&f.listen, "listen", daemon.DefaultListen, "address to listen on")
@@ -64,6 +71,7 @@ func newRootCmd() *cobra.Command {
 	fl.StringArrayVar(&f.regions, "region", nil, "exported region name=NAME,size=SIZE[,file=PATH],access=r|w|rw (repeatable)")
 	fl.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.BoolVar(&f.lockMemory, "lock-memory", false, "mlock every exported region (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)")
 	fl.StringVar(&f.shutdown, "shutdown-timeout", "", "how long a graceful stop may take (default 10s)")
 	return cmd
 }
@@ -101,6 +109,9 @@ func spec(cmd *cobra.Command, f *flags) (*daemon.ConfigSpec, error) {
 	}
 	if set("log-level") {
 		s.LogLevel = f.logLevel
+	}
+	if fl.Changed("lock-memory") {
+		s.LockMemory = f.lockMemory
 	}
 	if fl.Changed("shutdown-timeout") {
 		s.ShutdownTimeout = f.shutdown

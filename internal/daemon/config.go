@@ -73,6 +73,11 @@ type ConfigSpec struct {
 	LogFormat         string       `toml:"log_format"`
 	LogLevel          string       `toml:"log_level"`
 	ShutdownTimeout   string       `toml:"shutdown_timeout"`
+	// LockMemory mlocks every exported region (anonymous and file-backed)
+	// when siwd starts, so that region pages are never swapped out; it needs
+	// RLIMIT_MEMLOCK (LimitMEMLOCK in the systemd unit) at least the sum of
+	// the region sizes, or CAP_IPC_LOCK.
+	LockMemory bool `toml:"lock_memory"`
 }
 
 // Config is siwd's validated runtime configuration.
@@ -86,6 +91,7 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
+	LockMemory        bool // see ConfigSpec.LockMemory
 }
 
 // Defaults.
@@ -121,6 +127,7 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		LogFormat:         s.LogFormat,
 		LogLevel:          s.LogLevel,
 		ShutdownTimeout:   DefaultShutdownTimeout,
+		LockMemory:        s.LockMemory,
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen

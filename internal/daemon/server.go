@@ -79,7 +79,7 @@ func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: lg})
+	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: lg, LockMemory: cfg.LockMemory})
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +121,12 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 	b, err := unix.Mmap(int(f.Fd()), 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("region %s: mmap %s: %w", r.Name, r.File, os.NewSyscallError("mmap", err))
+	}
+	if s.cfg.LockMemory {
+		if err := unix.Mlock(b); err != nil {
+			_ = unix.Munmap(b)
+			return nil, fmt.Errorf("region %s: lock_memory: %w (raise RLIMIT_MEMLOCK, LimitMEMLOCK in the unit)", r.Name, os.NewSyscallError("mlock", err))
+		}
 	}
 	return &region{Region: r, mem: b, close: func() error { return unix.Munmap(b) }}, nil
 }
