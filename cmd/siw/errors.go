@@ -63,3 +63,18 @@ func printable(b []byte) string {
 	}
 	return fmt.Sprintf("%d bytes of private data: %x", len(b), b)
 }
+
+// splitHostPort checks a HOST:PORT argument: a bad one is a usage error
+// ("port 70000: want a number from 1 to 65535"), found before anything
+// connects, never reported as "unreachable".
+func splitHostPort(addr string) (host string, port int, err error) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not HOST:PORT (an IPv6 address goes in brackets: [::1]:7174)", addr)
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0, fmt.Errorf("%q: port %q: want a number from 1 to 65535", addr, ps)
+	}
+	return host, n, nil
+}

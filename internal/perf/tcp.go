@@ -50,6 +50,21 @@ func RunTCP(ctx context.Context, addr string, o *Options) (*Result, error) {
 
 const tcpReady = Prefix + " ready"
 
+// CheckTCP finds out whether a TCP sink (ServeTCP) accepts connections at
+// addr, without starting a test: it connects and closes at once, which the
+// sink takes silently. timeout bounds the connect (0: 10 s). It returns
+// the dial error (syscall.ECONNREFUSED when nothing listens there).
+func CheckTCP(ctx context.Context, addr string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 type tcpStream struct {
 	id  int
 	p   Params
@@ -217,7 +232,7 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 			unhook := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 			defer unhook()
 			info := serveTCPConn(c, id, onConn)
-			if onConn != nil && info.Event != "refused" {
+			if onConn != nil && info.Event != "refused" && info.Event != "checked" {
 				info.Event = "ended"
 				onConn(info)
 			}
@@ -231,6 +246,10 @@ func serveTCPConn(c net.Conn, id int, onConn func(ConnInfo)) ConnInfo {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, err := br.ReadSlice('\n')
 	c.SetReadDeadline(time.Time{})
+	if err == io.EOF && len(line) == 0 {
+		info.Event = "checked" // CheckTCP: connected and closed, nothing to report
+		return info
+	}
 	if err != nil {
 		info.Err = fmt.Errorf("perf: tcp request: %w", err)
 		return info
