@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -60,6 +64,123 @@ func TestUsageErrors(t *testing.T) {
 		out, errOut, code := run(t, "siw", c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) || out != "" {
 			t.Errorf("siw %q: exit %d, stdout %q, stderr %q; want a failure saying %q", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+// probeFacts runs siw probe --json against addr and returns each fact's
+// value (nil: unknown).
+func probeFacts(t *testing.T, addr string, args ...string) map[string]any {
+	t.Helper()
+	out, errOut, code := run(t, "siw", append(append([]string{"probe", "--json", "--request-timeout-wait", "0"}, args...), addr)...)
+	if code != 0 {
+		t.Fatalf("siw probe %s: exit %d\n%s%s", addr, code, out, errOut)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("siw probe --json: %v\n%s", err, out)
+	}
+	got := map[string]any{}
+	for k, raw := range doc {
+		var f struct {
+			Value any    `json:"value"`
+			From  string `json:"from"`
+		}
+		if json.Unmarshal(raw, &f) == nil && f.From != "" {
+			got[k] = f.Value
+		}
+	}
+	return got
+}
+
+func checkProbe(t *testing.T, who string, got, want map[string]any) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %s = %v, want %v", who, k, got[k], v)
+		}
+	}
+}
+
+// The probe against siwd: its rping service accepts a Request without
+// private data, so every fact is learned from accepting Replies; the
+// PD_Length limit is siwd's (Linux siw's, 255 with the block).
+func TestProbeSiwd(t *testing.T) {
+	d := startSiwd(t)
+	checkProbe(t, "siwd", probeFacts(t, d.addr), map[string]any{
+		"ulp": "accepts", "rev1": "accepted", "rev2": "accepted", "rev3": "refused", "enhanced": true,
+		"crc_when_requested": "on", "markers": "refused", "markers_refusal": "reply_r_set", "p2p": true,
+		"rtr_chosen": "write", "ird": 128.0, "ord": 128.0, "max_private_data": 255.0,
+	})
+}
+
+// The probe against siw perf -s: the perf responder rejects a Request
+// without its private data, so the MPA layer's facts come from those
+// rejects, and what only an accept carries is unknown, not "refused".
+func TestProbePerfServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "siw"), "perf", "-s", "--listen", "127.0.0.1:0", "--tcp-listen", "off")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	var addr string
+	if sc.Scan() {
+		if m := regexp.MustCompile(`^Server listening on (\S+) \(gosiw\)$`).FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("siw perf -s said %q", sc.Text())
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	got := probeFacts(t, addr)
+	checkProbe(t, "siw perf -s", got, map[string]any{
+		"rev1": "accepted", "rev2": "accepted", "rev3": "refused", "enhanced": true, "markers": "refused",
+		"max_private_data": 255.0, "ird": nil, "ord": nil, "crc_when_requested": nil, "p2p": nil,
+	})
+	if s, _ := got["ulp"].(string); !strings.HasPrefix(s, `rejects: "gosiw-perf/1 error: `) {
+		t.Errorf("siw perf -s: ulp = %v", got["ulp"])
+	}
+}
+
+// A peer that is not iWARP is named as such, with what it said.
+func TestNotIWARPPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	defer func() { ln.Close(); <-done }()
+	for _, args := range [][]string{
+		{"probe", ln.Addr().String()},
+		{"perf", "write", "-t", "1", ln.Addr().String()},
+		{"region", "read", ln.Addr().String(), "x"},
+	} {
+		_, errOut, code := run(t, "siw", args...)
+		if code == 0 || !strings.Contains(errOut, `not an iWARP peer: `) || !strings.Contains(errOut, `answered "SSH-2.0-OpenSSH_9.2"`) {
+			t.Errorf("siw %v: exit %d, stderr %q", args, code, errOut)
 		}
 	}
 }
