@@ -129,12 +129,12 @@ type probeReport struct {
 	Enhanced       probeFact `json:"enhanced"`           // bool
 	CRC            probeFact `json:"crc_when_requested"` // "on", "off", "refused"
 	CRCUnasked     probeFact `json:"crc_when_not_requested"`
-	Markers        probeFact `json:"markers"`     // "accepted", "refused"
+	Markers        probeFact `json:"markers"`         // "accepted", "refused"
 	MarkersRefusal probeFact `json:"markers_refusal"` // how: "reply_r_set", "close", "silence"
-	P2P            probeFact `json:"p2p"`         // bool
-	RTR            probeFact `json:"rtr_chosen"`  // "write", "read", "send"
-	IRD            probeFact `json:"ird"`         // int, asked 128
-	ORD            probeFact `json:"ord"`         // int, asked 128
+	P2P            probeFact `json:"p2p"`             // bool
+	RTR            probeFact `json:"rtr_chosen"`      // "write", "read", "send"
+	IRD            probeFact `json:"ird"`             // int, asked 128
+	ORD            probeFact `json:"ord"`             // int, asked 128
 	MaxPrivateData probeFact `json:"max_private_data"`
 	RequestTimeout probeFact `json:"request_timeout_ms"`
 
