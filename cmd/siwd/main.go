@@ -70,7 +70,7 @@ func newRootCmd() *cobra.Command {
 	fl.StringVar(&f.metrics, "metrics", daemon.DefaultMetrics, "metrics and /healthz HTTP address (empty: off)")
 	fl.StringArrayVar(&f.regions, "region", nil, "exported region name=NAME,size=SIZE[,file=PATH],access=r|w|rw (repeatable)")
 	fl.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.BoolVar(&f.lockMemory, "lock-memory", false, "mlock every exported region (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)")
 	fl.StringVar(&f.shutdown, "shutdown-timeout", "", "how long a graceful stop may take (default 10s)")
 	return cmd
@@ -144,6 +144,22 @@ func newLogger(format, level string) (*zap.Logger, error) {
 	return zc.Build()
 }
 
+// warnRestart logs each setting a reload changed that only a restart
+// applies (SIGHUP reloads the access rules alone).
+// listening is the address siwd listens on (old.Listen with its port
+// chosen, for a port 0).
+func warnRestart(lg *zap.Logger, listening string, old, cur *daemon.Config) {
+	for _, c := range []struct{ key, was, now, running string }{
+		{"listen", old.Listen, cur.Listen, listening},
+		{"metrics", old.Metrics, cur.Metrics, old.Metrics},
+	} {
+		if c.was != c.now {
+			lg.Warn(c.key+" changed: it needs a restart of siwd; keeping the old one",
+				zap.String("running", c.running), zap.String("configured", c.now))
+		}
+	}
+}
+
 func run(cmd *cobra.Command, f *flags) error {
 	s, err := spec(cmd, f)
 	if err != nil {
@@ -193,6 +209,7 @@ func run(cmd *cobra.Command, f *flags) error {
 				if c2, err = s2.Build(); err == nil {
 					srv.SetAllow(c2.Allow)
 					lg.Info("access rules reloaded", zap.Int("networks", len(c2.Allow)))
+					warnRestart(lg, srv.Addr().String(), cfg, c2)
 					continue
 				}
 			}

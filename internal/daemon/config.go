@@ -146,6 +146,11 @@ func (s *ConfigSpec) Build() (*Config, error) {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", c.LogLevel)
+	}
 	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 {
 		return nil, errors.New("connection limits must not be negative")
 	}

@@ -7,12 +7,16 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gosiw/gosiw/internal/testutil"
 )
 
 // run runs one of the binaries and returns stdout, stderr and the exit code.
@@ -182,5 +186,96 @@ func TestNotIWARPPeer(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, `not an iWARP peer: `) || !strings.Contains(errOut, `answered "SSH-2.0-OpenSSH_9.2"`) {
 			t.Errorf("siw %v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// siwd names the valid values of a bad flag value.
+func TestSiwdFlagValues(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-level", "trace"}, `log level "trace": want debug, info, warn or error`},
+		{[]string{"--log-format", "xml"}, `log format "xml": want console or json`},
+		{[]string{"--region", "name=a,size=1K,access=x"}, `access "x": want r, w or rw`},
+		{[]string{"--region", "name=a,size=-1"}, `size "-1": want a whole number of bytes`},
+	} {
+		_, errOut, code := run(t, "siwd", append([]string{"--listen", "127.0.0.1:0", "--metrics", ""}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("siwd %q: exit %d, stderr %q, want %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// A reload (SIGHUP) that changes listen logs that it needs a restart, and
+// siwd keeps serving on the old address.
+func TestSiwdReloadListenNeedsRestart(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "siwd.toml")
+	if err := os.WriteFile(conf, []byte("listen = \"127.0.0.1:0\"\nmetrics = \"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--config", conf)
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stderr := &testutil.SyncBuffer{}
+	logLines := make(chan string, 100)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		es := bufio.NewScanner(stderrPipe)
+		for es.Scan() {
+			stderr.Write([]byte(es.Text() + "\n"))
+			select {
+			case logLines <- es.Text():
+			default:
+			}
+		}
+	}()
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); <-logDone; cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	var addr string
+	for addr == "" && sc.Scan() {
+		if m := listenRe.FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("siwd did not listen: %s", stderr)
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	if err := os.WriteFile(conf, []byte("listen = \"127.0.0.1:1\"\nmetrics = \"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	want := "listen changed: it needs a restart of siwd"
+	timeout := time.After(20 * time.Second)
+	for found := false; !found; {
+		select {
+		case l := <-logLines:
+			if strings.Contains(l, want) {
+				found = true
+				if !strings.Contains(l, "127.0.0.1:1") || !strings.Contains(l, addr) {
+					t.Errorf("the warning does not name both addresses: %s", l)
+				}
+			}
+		case <-timeout:
+			t.Fatalf("no %q in siwd's log:\n%s", want, stderr)
+		}
+	}
+	// Still serving on the old address.
+	if out, code := siw(t, "ping", "-c", "-a", strings.Split(addr, ":")[0], "-p", strings.Split(addr, ":")[1], "-C", "1"); code != 0 {
+		t.Errorf("ping after the reload: exit %d\n%s", code, out)
 	}
 }
