@@ -83,17 +83,23 @@ func isText(b []byte) bool {
 	return len(b) > 0 && utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0
 }
 
-// splitHostPort checks a HOST:PORT argument: a bad one is a usage error
-// ("port 70000: want a number from 1 to 65535"), found before anything
-// connects, never reported as "unreachable".
+// splitHostPort checks a HOST:PORT argument to connect to: a bad one is a
+// usage error ("port 70000: want a number from 1 to 65535"), found before
+// anything connects, never reported as "unreachable".
 func splitHostPort(addr string) (host string, port int, err error) {
+	return parseHostPort(addr, 1)
+}
+
+// parseHostPort checks HOST:PORT with a port from minPort (0 for an
+// address to listen on: any port) to 65535.
+func parseHostPort(addr string, minPort int) (host string, port int, err error) {
 	host, ps, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", 0, fmt.Errorf("%q is not HOST:PORT (an IPv6 address goes in brackets: [::1]:7174)", addr)
 	}
 	n, err := strconv.Atoi(ps)
-	if err != nil || n < 1 || n > 65535 {
-		return "", 0, fmt.Errorf("%q: port %q: want a number from 1 to 65535", addr, ps)
+	if err != nil || n < minPort || n > 65535 {
+		return "", 0, fmt.Errorf("%q: port %q: want a number from %d to 65535", addr, ps, minPort)
 	}
 	return host, n, nil
 }

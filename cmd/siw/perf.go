@@ -613,17 +613,7 @@ func perfCheckServerFlags(f *perfServerFlags) error {
 }
 
 // perfListenAddr checks a HOST:PORT to listen on (port 0: any).
-func perfListenAddr(addr string) (string, int, error) {
-	host, ps, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, fmt.Errorf("%q is not HOST:PORT", addr)
-	}
-	p, err := strconv.Atoi(ps)
-	if err != nil || p < 0 || p > 65535 {
-		return "", 0, fmt.Errorf("%q: port %q: want a number from 0 to 65535", addr, ps)
-	}
-	return host, p, nil
-}
+func perfListenAddr(addr string) (string, int, error) { return parseHostPort(addr, 0) }
 
 // perfServer runs the responder and its TCP sink until ctx is done.
 func perfServer(ctx context.Context, out io.Writer, f *perfServerFlags) error {

@@ -403,10 +403,15 @@ func TestPerfServer(t *testing.T) {
 	} else if e[1] != strconv.FormatUint(res.Sum.Ops, 10) {
 		t.Errorf("server counted %s ops, client %d", e[1], res.Sum.Ops)
 	}
+	// The client's reachability check of the sink prints nothing and
+	// takes no connection number.
+	if err := perf.CheckTCP(ctx, m[2], time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := perf.RunTCP(ctx, m[2], &perf.Options{Op: perf.OpWrite, Size: 1000, Duration: 50 * time.Millisecond, Interval: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if l := next(); !strings.HasPrefix(l, "[tcp 1] accepted") {
+	if l := next(); !strings.HasPrefix(l, "[tcp 1] accepted 127.0.0.1:") {
 		t.Errorf("tcp accepted line %q", l)
 	}
 	stop()

@@ -215,7 +215,11 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	for id := 1; ; id++ {
+	// Connections are numbered as they make a request, so that a
+	// CheckTCP connection takes no number.
+	var ids atomic.Int64
+	nextID := func() int { return int(ids.Add(1)) }
+	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -231,7 +235,7 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 			defer c.Close()
 			unhook := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 			defer unhook()
-			info := serveTCPConn(c, id, onConn)
+			info := serveTCPConn(c, nextID, onConn)
 			if onConn != nil && info.Event != "refused" && info.Event != "checked" {
 				info.Event = "ended"
 				onConn(info)
@@ -240,8 +244,8 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 	}
 }
 
-func serveTCPConn(c net.Conn, id int, onConn func(ConnInfo)) ConnInfo {
-	info := ConnInfo{ID: id, Transport: "tcp", Remote: c.RemoteAddr()}
+func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo {
+	info := ConnInfo{Transport: "tcp", Remote: c.RemoteAddr()}
 	br := bufio.NewReaderSize(c, 1<<16)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, err := br.ReadSlice('\n')
@@ -250,6 +254,7 @@ func serveTCPConn(c net.Conn, id int, onConn func(ConnInfo)) ConnInfo {
 		info.Event = "checked" // CheckTCP: connected and closed, nothing to report
 		return info
 	}
+	info.ID = nextID()
 	if err != nil {
 		info.Err = fmt.Errorf("perf: tcp request: %w", err)
 		return info
