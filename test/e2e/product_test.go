@@ -279,3 +279,32 @@ func TestSiwdReloadListenNeedsRestart(t *testing.T) {
 		t.Errorf("ping after the reload: exit %d\n%s", code, out)
 	}
 }
+
+// siwd exports its build: gosiw_build_info, 1, labelled like --version.
+func TestSiwdBuildInfo(t *testing.T) {
+	d := startSiwd(t)
+	out, _, _ := run(t, "siwd", "--version")
+	// "siwd VERSION (revision REV[, modified]) GOVERSION"
+	m := regexp.MustCompile(`^siwd (\S+) \(revision ([^,)]+)(, modified)?\) (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("siwd --version: %q", out)
+	}
+	rev := m[2]
+	if m[3] != "" {
+		rev += "-modified"
+	}
+	want := `gosiw_build_info{goversion="` + m[4] + `",revision="` + rev + `",version="` + m[1] + `"} 1`
+	if body := scrape(t, d.metrics); !strings.Contains(body, want) {
+		t.Errorf("no %s in the metrics:\n%s", want, firstLines(body, "gosiw_"))
+	}
+}
+
+func firstLines(body, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
