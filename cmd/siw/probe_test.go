@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -271,4 +272,61 @@ func TestProbeUnreachable(t *testing.T) {
 	if _, err := runProbe(context.Background(), "127.0.0.1:http", probeOptions{}); err == nil || !strings.Contains(err.Error(), `port "http": want a number`) {
 		t.Errorf("bad port: %v", err)
 	}
+}
+
+// FuzzProbeAnswer feeds the probe's reading and judging of an answer any
+// bytes a peer may send: no panic, and a classification that holds.
+func FuzzProbeAnswer(f *testing.F) {
+	for _, fr := range []mpa.Frame{
+		{Reply: true, Rev: mpa.Rev2, Enhanced: true, IRD: 128, ORD: 4},
+		{Reply: true, Reject: true, Rev: mpa.Rev2, Enhanced: true, PrivateData: []byte("no such service")},
+		{Reply: true, Reject: true, Rev: mpa.Rev1},
+		{Reply: true, Rev: mpa.Rev2, Enhanced: true, P2P: true, RTRWrite: true},
+	} {
+		b, err := mpa.AppendFrame(nil, &fr)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
+	f.Add([]byte{})
+	req := request(enhancedRequest(128, 128))
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		a, b := net.Pipe()
+		go func() {
+			buf := make([]byte, len(req))
+			if _, err := io.ReadFull(b, buf); err == nil {
+				b.Write(answer)
+			}
+			b.Close()
+		}()
+		p := &prober{o: probeOptions{timeout: time.Second}}
+		o, err := p.exchange(a, req)
+		a.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := 0
+		for _, k := range []bool{o.accepted(), o.ulpReject(), o.bareReject(), o.reply == nil} {
+			if k {
+				kinds++
+			}
+		}
+		if kinds != 1 {
+			t.Fatalf("%+v is not exactly one kind of answer", o)
+		}
+		_ = o.describe()
+		for _, ulp := range []string{"accepts", "rejects", "bare", ""} {
+			took, from := judge{ulp: ulp}.took(o, "a Request")
+			if from == "" || (took == nil && !o.bareReject()) {
+				t.Fatalf("took %v from %q for %+v", took, from, o)
+			}
+		}
+		if o.reply == nil {
+			if err := notIWARP("peer:1", o, time.Second); err == nil {
+				t.Fatal("no error for a peer without a Reply")
+			}
+		}
+	})
 }
