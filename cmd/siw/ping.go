@@ -57,7 +57,7 @@ func newPingCmd() *cobra.Command {
 	fl.BoolVarP(&f.server, "server", "s", false, "server mode")
 	fl.StringVarP(&f.addr, "addr", "a", "", "address to connect to (client) or bind (server)")
 	fl.IntVarP(&f.port, "port", "p", 7174, "port")
-	fl.VarP(&f.size, "size", "S", fmt.Sprintf("ping buffer size, %d to %d bytes (default %d)", rping.MinSize, rping.MaxSize, rping.DefaultSize))
+	fl.VarP(&f.size, "size", "S", fmt.Sprintf("ping buffer size, %d to %d bytes", rping.MinSize, rping.MaxSize))
 	fl.IntVarP(&f.count, "count", "C", 0, "number of pings (0: until interrupted)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the ping data")
 	fl.BoolVarP(&f.validate, "validate", "V", false, "validate the ping data")
