@@ -31,6 +31,13 @@ func gosiwListener(t *testing.T, cfg cm.Config) *cm.Listener {
 // with reason as private data (nil: accepts; empty: rejects without any).
 func gosiwULP(t *testing.T, cfg cm.Config, reason []byte) *cm.Listener {
 	t.Helper()
+	return gosiwULPFunc(t, cfg, func([]byte) []byte { return reason })
+}
+
+// gosiwULPFunc is gosiwULP with the answer chosen by the request's
+// private data: reason(pd) nil accepts.
+func gosiwULPFunc(t *testing.T, cfg cm.Config, reason func(pd []byte) []byte) *cm.Listener {
+	t.Helper()
 	dev, _ := rdmap.NewDevice(nil)
 	ln, err := cm.Listen(context.Background(), "127.0.0.1:0", dev, &cfg)
 	if err != nil {
@@ -50,8 +57,8 @@ func gosiwULP(t *testing.T, cfg cm.Config, reason []byte) *cm.Listener {
 			if err != nil {
 				return
 			}
-			if reason != nil {
-				req.Reject(reason)
+			if r := reason(req.PrivateData); r != nil {
+				req.Reject(r)
 				continue
 			}
 			c, err := req.Accept(cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 4, ORD: 4})
@@ -329,4 +336,47 @@ func FuzzProbeAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// With --private-data the probe speaks the ULP's language: a ULP that
+// accepts only its own private data shows what only an accept tells.
+func TestProbePrivateData(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	ln := gosiwULPFunc(t, cm.Config{}, func(pd []byte) []byte {
+		if string(pd) == "open sesame" {
+			return nil
+		}
+		return []byte("say the word")
+	})
+	got, rep := probeValues(t, ln.Addr().String(), probeOptions{privateData: []byte("open sesame")})
+	checkFacts(t, got, map[string]any{
+		"ulp": "accepts", "rev2": "accepted", "ird": 128.0, "ord": 4.0, "crc_when_requested": "on", "p2p": true,
+		"rtr_chosen": "write", "markers": "refused", "max_private_data": 512.0,
+	}, rep)
+	if !strings.Contains(rep.ULP.From, `private data "open sesame"`) {
+		t.Errorf("ulp source %q", rep.ULP.From)
+	}
+	// The same ULP without it: the accept-only facts are unknown.
+	got, rep = probeValues(t, ln.Addr().String(), probeOptions{})
+	checkFacts(t, got, map[string]any{"ulp": `rejects: "say the word"`, "rev2": "accepted", "ird": unknownFact, "max_private_data": 512.0}, rep)
+	if !strings.Contains(rep.ULP.From, "--private-data") {
+		t.Errorf("ulp source %q does not suggest --private-data", rep.ULP.From)
+	}
+	// The flag takes hex after 0x.
+	var out bytes.Buffer
+	cmd := newProbeCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--json", "--request-timeout-wait", "0", "--private-data", "0x6f70656e20736573616d65", ln.Addr().String()})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"value": "accepts"`) {
+		t.Errorf("--private-data 0x...: %s", out.String())
+	}
+	cmd = newProbeCmd()
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--private-data", "0xzz", ln.Addr().String()})
+	if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "not hex") {
+		t.Errorf("--private-data 0xzz: %v", err)
+	}
 }
