@@ -374,6 +374,7 @@ func TestProbePrivateData(t *testing.T) {
 		t.Errorf("--private-data 0x...: %s", out.String())
 	}
 	cmd = newProbeCmd()
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
 	cmd.SetOut(&out)
 	cmd.SetArgs([]string{"--private-data", "0xzz", ln.Addr().String()})
 	if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "not hex") {
