@@ -15,6 +15,7 @@ check() { # check DESTDIR PREFIX SYSCONFDIR UNITDIR
   done
   [ -f "$d$unitdir/siwd.service" ] || fail "$unitdir/siwd.service not installed"
   [ -f "$d$etc/gosiw/siwd.toml" ] || fail "$etc/gosiw/siwd.toml not installed"
+  cmp -s LICENSE "$d$prefix/share/doc/gosiw/LICENSE" || fail "$prefix/share/doc/gosiw/LICENSE not installed"
   exec_start=$(sed -n 's/^ExecStart=//p' "$d$unitdir/siwd.service")
   bin=${exec_start%% *}
   [ "$bin" = "$prefix/bin/siwd" ] || fail "unit runs $bin, installed $prefix/bin/siwd"
