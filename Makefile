@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build demo test test-short race lint fuzz bench interop clean tools
+.PHONY: all build demo test test-short race lint fuzz bench interop clean tools install install-check
 
 all: build
 
@@ -44,6 +44,28 @@ bench:
 interop:
 	./test/interop/vm/ensure.sh
 	cd test/interop && $(GO) test -tags interop -count=1 -v -timeout 30m -run TestInterop .
+
+# Install siw and siwd, the systemd unit, the example config (kept if one
+# is there already), and the LICENSE and README in DOCDIR. PREFIX=/usr/local by default; DESTDIR stages the tree
+# for packaging. The unit's paths are rewritten to match BINDIR and
+# SYSCONFDIR. -buildvcs=auto stamps the VCS revision that --version prints.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR ?= $(PREFIX)/share/doc/gosiw
+install:
+	mkdir -p "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/gosiw" "$(DESTDIR)$(DOCDIR)"
+	$(GO) build -buildvcs=auto -trimpath -o "$(DESTDIR)$(BINDIR)/" ./cmd/siw ./cmd/siwd
+	sed -e 's|/usr/local/bin/siwd|$(BINDIR)/siwd|' -e 's|/etc/gosiw/|$(SYSCONFDIR)/gosiw/|' \
+		dist/siwd.service > "$(DESTDIR)$(UNITDIR)/siwd.service"
+	chmod 0644 "$(DESTDIR)$(UNITDIR)/siwd.service"
+	test -e "$(DESTDIR)$(SYSCONFDIR)/gosiw/siwd.toml" || install -m 0644 dist/siwd.toml "$(DESTDIR)$(SYSCONFDIR)/gosiw/siwd.toml"
+	install -m 0644 LICENSE README.md "$(DESTDIR)$(DOCDIR)/"
+
+# make install into a temporary DESTDIR, then check every path the unit names.
+install-check:
+	./scripts/install-check.sh
 
 clean:
 	$(GO) clean -testcache

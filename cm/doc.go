@@ -124,4 +124,7 @@
 // untrusted (a shorter deadline and a pool of handshake slots of its own,
 // so that strangers never make an allowed client wait);
 // MaxHandshakesPerSource bounds the handshakes of one address.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package cm

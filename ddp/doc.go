@@ -37,4 +37,7 @@
 //
 // The package has no state, starts no goroutines and does no I/O; all of
 // it is safe for concurrent use.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package ddp

@@ -79,4 +79,7 @@
 // The package starts no goroutines. A layer value, a StreamDecoder and
 // the Records it emits must each be used from one goroutine; Records and
 // the layers they point to are valid only during the emit call.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package layers

@@ -235,6 +235,7 @@ type half struct {
 	framing MPAFraming
 	origin  uint64 // stream offset of the first FPDU octet (marker origin)
 	frames  int    // index of the next frame
+	lastPkt int    // number of the last capture packet of this direction
 }
 
 // Read hands the deframer the octets after readOff. It returns io.EOF when
@@ -286,6 +287,7 @@ func (d *StreamDecoder) segment(src, dst netip.AddrPort, tcp *gplayers.TCP, trun
 		side = 1
 	}
 	h := &c.h[side]
+	h.lastPkt = d.pkt
 	payload, fin := tcp.Payload, tcp.FIN
 	if truncated {
 		payload, fin = nil, false
@@ -301,6 +303,7 @@ func (d *StreamDecoder) segment(src, dst netip.AddrPort, tcp *gplayers.TCP, trun
 			c.client = 0
 		}
 		h = &c.h[0]
+		h.lastPkt = d.pkt
 		h.tcp.segment(tcp.Seq, tcp.SYN, fin, tcp.RST, payload, h.deliver)
 	}
 	d.process(c)
@@ -319,6 +322,18 @@ func (d *StreamDecoder) newConn(key connKey, first netip.AddrPort) *conn {
 	d.conns[key] = c
 	d.order = append(d.order, c)
 	return c
+}
+
+// lastPacket is the number of the last packet in direction dir (DirNone:
+// either), 0 if none.
+func (c *conn) lastPacket(dir Dir) int {
+	n := 0
+	for i := range c.h {
+		if dir == DirNone || c.h[i].dir == dir {
+			n = max(n, c.h[i].lastPkt)
+		}
+	}
+	return n
 }
 
 // deliver appends octets in stream order.
@@ -604,8 +619,16 @@ func (d *StreamDecoder) decodeFPDU(h *half, start uint64, raw []byte, f *mpa.FPD
 	r.Payload = payload
 }
 
+// note emits a note about c (one direction, or DirNone: the connection),
+// numbered with the last packet it refers to: that direction's (the
+// connection's) last packet, not the packet being read when the note is
+// made (at Close, none).
 func (d *StreamDecoder) note(c *conn, dir Dir, k Kind, text string) {
-	d.rec = Record{Conn: c.id, Dir: dir, Index: -1, Kind: k, Packet: d.pkt, Note: text}
+	pkt := d.pkt
+	if last := c.lastPacket(dir); last > 0 {
+		pkt = last
+	}
+	d.rec = Record{Conn: c.id, Dir: dir, Index: -1, Kind: k, Packet: pkt, Note: text}
 	d.emitRecord()
 }
 

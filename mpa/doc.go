@@ -47,4 +47,7 @@
 // goroutine: in a QP, the receive goroutine owns the Deframer and the send
 // goroutine the Framer. The handshake (handshake.go) is straight-line code
 // on top of the frame functions.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package mpa

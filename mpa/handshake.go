@@ -107,9 +107,17 @@ type HandshakeError struct {
 	// Frame is the peer's frame when it was read whole (its PrivateData is
 	// a copy owned by the error), else nil.
 	Frame *Frame
+	// Raw holds the first bytes the peer sent (at most RawLen, a copy
+	// owned by the error) when they are not an MPA frame (ErrBadKey), so
+	// that a caller can show what a peer that is not iWARP answered; else
+	// nil.
+	Raw []byte
 	// Err is the cause.
 	Err error
 }
+
+// RawLen bounds HandshakeError.Raw.
+const RawLen = 128
 
 // Error describes the failure and the answer sent.
 func (e *HandshakeError) Error() string {
@@ -162,7 +170,8 @@ const frameSlack = 64
 // into buf and parses it into f. It returns the frame's length and the
 // bytes read past it. ErrEnhancedShort comes with the whole frame read (f
 // holds the fields before the RFC 6581 block). ErrReservedBits is not an
-// error here: RFC 5044 has reserved bits ignored on receipt.
+// error here: RFC 5044 has reserved bits ignored on receipt. ErrBadKey
+// comes with the bytes read (the frame's place), for HandshakeError.Raw.
 func readFrame(r io.Reader, buf []byte, limit int, f *Frame) (int, []byte, error) {
 	have := 0
 	var rerr error
@@ -176,6 +185,8 @@ func readFrame(r io.Reader, buf []byte, limit int, f *Frame) (int, []byte, error
 				if total-HeaderLen > limit {
 					return 0, nil, ErrPDTooLong
 				}
+			case errors.Is(err, ErrBadKey):
+				return 0, buf[:have], err // what came, for HandshakeError.Raw
 			default:
 				return 0, nil, err
 			}
@@ -372,7 +383,11 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 	buf := make([]byte, HeaderLen+p.MaxPrivateData+frameSlack)
 	_, rest, err := readFrame(conn, buf, p.MaxPrivateData, &rep)
 	switch {
-	case errors.Is(err, ErrBadKey), errors.Is(err, ErrEnhancedShort):
+	case errors.Is(err, ErrBadKey):
+		e := h.terminate(conn, Framer{}, TermInvalidReqRep, err, nil)
+		e.(*HandshakeError).Raw = bytes.Clone(rest[:min(len(rest), RawLen)])
+		return nil, e
+	case errors.Is(err, ErrEnhancedShort):
 		return nil, h.terminate(conn, Framer{}, TermInvalidReqRep, err, nil)
 	case err != nil:
 		return nil, h.fail(err, nil)
@@ -484,7 +499,11 @@ func (r *Responder) read() error {
 	short := errors.Is(err, ErrEnhancedShort)
 	if err != nil && !short {
 		// siw_proc_mpareq: -EPROTO, the socket is released without a word.
-		return &HandshakeError{Err: err}
+		e := &HandshakeError{Err: err}
+		if errors.Is(err, ErrBadKey) {
+			e.Raw = bytes.Clone(rest[:min(len(rest), RawLen)])
+		}
+		return e
 	}
 	r.req.PrivateData = bytes.Clone(r.req.PrivateData)
 	f := r.req

@@ -556,6 +556,15 @@ func TestInitiatorAnswers(t *testing.T) {
 			if !errors.As(err, &hs) || hs.Answer != c.answer || hs.Code != c.code || !errors.Is(err, c.cause) {
 				t.Fatalf("got %v, want answer %v code %v cause %v", err, c.answer, c.code, c.cause)
 			}
+			// What a peer that is not MPA sent comes with the error (a
+			// prefix at least as long as the key); nothing else does.
+			if c.name == "garbage" {
+				if len(hs.Raw) < KeyLen || !bytes.HasPrefix(c.reply, hs.Raw) {
+					t.Errorf("Raw %q, want a prefix of %q", hs.Raw, c.reply)
+				}
+			} else if hs.Raw != nil {
+				t.Errorf("Raw %q for a peer that sent a frame", hs.Raw)
+			}
 			a.Close()
 			back := <-peer
 			var want []byte

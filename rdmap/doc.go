@@ -78,4 +78,7 @@
 // reports which one it read; AppendTerminate writes either.
 //
 // The wire functions keep no state and are safe for concurrent use.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package rdmap

@@ -28,8 +28,8 @@ echo "== siwd (pid $SIWD) listening on $ADDR, metrics at $METRICS"
 echo; echo "== siw ping -c -a $HOST -p $PORT -S 64 -C 3 -v -V   (rping-compatible)"
 "$BIN/siw" ping -c -a "$HOST" -p "$PORT" -S 64 -C 3 -v -V
 
-echo; echo "== siw perf write -t 2s -s 1MiB $ADDR"
-"$BIN/siw" perf write -t 2s -s 1048576 "$ADDR"
+echo; echo "== siw perf write -t 2s -l 1M $ADDR"
+"$BIN/siw" perf write -t 2s -l 1M "$ADDR"
 
 echo; echo "== siw perf send --pingpong -t 1s $ADDR"
 "$BIN/siw" perf send --pingpong -t 1s "$ADDR"

@@ -28,11 +28,19 @@ handshake frame and FPDU, in order, with the CRC checked where it is in use.
 A connection whose handshake is not in the capture gets one line saying so;
 nothing of it is guessed.
 
+The text output starts with a legend of the flag letters. Private data and
+reject reasons show as quoted text when printable, as hex otherwise; pd_len
+is PD_Length as on the wire, which in RFC 6581 enhanced mode counts the
+4-byte IRD/ORD block before the upper layer's private data. Notes are
+numbered with the last packet they refer to.
+
 With --json it prints one JSON object per line: conn, dir, frame, kind,
 packet and, by kind, the handshake fields (rev, markers, crc, reject,
-enhanced, p2p, ird, ord, rtr, pd_len, private_data), the FPDU fields
-(ulpdu_len, crc, crc_ok, ddp{...}, rdmap{...}, payload_len), "error" for
-a malformed frame, or "note".`,
+enhanced, p2p, ird, ord, rtr, pd_len, pd_block_len, ulp_pd_len,
+private_data in hex, private_data_text when printable, reject_reason for
+a Reply with R set), the FPDU fields (ulpdu_len, crc: CRC32c in use,
+crc_value, crc_ok, ddp{...}, rdmap{...}, payload_len), "error" for a
+malformed frame, or "note". "crc" is a boolean everywhere.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDump(cmd.OutOrStdout(), args[0], asJSON)
@@ -51,6 +59,9 @@ func runDump(out io.Writer, path string, asJSON bool) error {
 	defer f.Close()
 	w := bufio.NewWriter(out)
 	var werr error
+	if !asJSON {
+		_, werr = fmt.Fprintln(w, dumpLegend)
+	}
 	emit := func(r *layers.Record) {
 		if werr != nil {
 			return
@@ -70,6 +81,10 @@ func runDump(out io.Writer, path string, asJSON bool) error {
 	}
 	return werr
 }
+
+// dumpLegend heads the text output.
+const dumpLegend = "# flags: M markers, C CRC32c, R reject, H enhanced (RFC 6581 IRD/ORD block, counted in pd_len);" +
+	" FPDU crc ok|BAD: CRC32c checked; DDP T tagged, L last; i2r/r2i: initiator to responder and back; #N: frame N of that direction"
 
 // JSON shapes. Field order is the order of the struct fields.
 
@@ -92,9 +107,16 @@ type jsonHandshake struct {
 	IRD         *uint16  `json:"ird"`
 	ORD         *uint16  `json:"ord"`
 	RTR         []string `json:"rtr"`
-	PDLen       uint16   `json:"pd_len"`
-	PrivateData string   `json:"private_data"`
-	Reserved    uint8    `json:"reserved,omitempty"`
+	PDLen       uint16   `json:"pd_len"`       // as on the wire: pd_block_len + ulp_pd_len
+	PDBlockLen  int      `json:"pd_block_len"` // the RFC 6581 IRD/ORD block: 4 when enhanced, else 0
+	ULPPDLen    int      `json:"ulp_pd_len"`   // the upper layer's private data
+	PrivateData string   `json:"private_data"` // the upper layer's, hex
+	// PrivateDataText is the private data as text, when printable.
+	PrivateDataText string `json:"private_data_text,omitempty"`
+	// RejectReason is a rejecting Reply's private data, as text when
+	// printable, else hex; "" when it carries none.
+	RejectReason *string `json:"reject_reason,omitempty"`
+	Reserved     uint8   `json:"reserved,omitempty"`
 }
 
 // jsonMalformedHandshake is a handshake frame that does not decode.
@@ -108,8 +130,9 @@ type jsonMalformedHandshake struct {
 type jsonFPDU struct {
 	jsonCommon
 	ULPDULen   uint16     `json:"ulpdu_len"`
-	CRC        uint32     `json:"crc"`
-	CRCOK      *bool      `json:"crc_ok"`
+	CRC        bool       `json:"crc"`       // CRC32c in use on this connection
+	CRCValue   uint32     `json:"crc_value"` // the CRC field as on the wire
+	CRCOK      *bool      `json:"crc_ok"`    // checked: null when CRC is not in use
 	DDP        *jsonDDP   `json:"ddp,omitempty"`
 	RDMAP      *jsonRDMAP `json:"rdmap,omitempty"`
 	PayloadLen *int       `json:"payload_len,omitempty"`
@@ -212,7 +235,23 @@ func dumpHandshakeJSON(r *layers.Record) jsonHandshake {
 	h := jsonHandshake{
 		jsonCommon: jsonCommonOf(r), Rev: s.Rev, Markers: s.Markers, CRC: s.CRC, Reject: s.Reject,
 		Enhanced: s.Enhanced, P2P: s.P2P, RTR: dumpRTRList(&s.Frame), PDLen: s.PDLength,
-		PrivateData: hex.EncodeToString(s.PrivateData), Reserved: s.Reserved,
+		ULPPDLen: len(s.PrivateData), PrivateData: hex.EncodeToString(s.PrivateData), Reserved: s.Reserved,
+	}
+	if s.Enhanced {
+		h.PDBlockLen = mpa.EnhancedLen
+	}
+	if isText(s.PrivateData) {
+		h.PrivateDataText = string(s.PrivateData)
+	}
+	if s.Reject {
+		reason := ""
+		if len(s.PrivateData) > 0 {
+			reason = textOrHex(s.PrivateData, "")
+			if isText(s.PrivateData) {
+				reason = string(s.PrivateData)
+			}
+		}
+		h.RejectReason = &reason
 	}
 	if s.Enhanced {
 		h.IRD, h.ORD = jsonPtr(s.IRD), jsonPtr(s.ORD)
@@ -244,7 +283,7 @@ func dumpFPDUJSON(r *layers.Record) jsonFPDU {
 	if m == nil {
 		return j
 	}
-	j.ULPDULen, j.CRC, j.Markers = m.ULPDULength, m.CRC, m.MarkerCount
+	j.ULPDULen, j.CRC, j.CRCValue, j.Markers = m.ULPDULength, m.Framing.CRC, m.CRC, m.MarkerCount
 	if m.Framing.CRC {
 		j.CRCOK = jsonPtr(m.CRCValid)
 	}
@@ -330,8 +369,16 @@ func dumpTextLine(r *layers.Record) string {
 				}
 			}
 			fmt.Fprintf(&b, " pd_len %d", s.PDLength)
-			if len(s.PrivateData) > 0 {
-				fmt.Fprintf(&b, " pd %x", s.PrivateData)
+			if s.Enhanced {
+				fmt.Fprintf(&b, " (block %d + ULP %d)", mpa.EnhancedLen, len(s.PrivateData))
+			}
+			switch {
+			case s.Reject && len(s.PrivateData) == 0:
+				b.WriteString(" no reason given")
+			case s.Reject:
+				b.WriteString(" reason " + textOrHex(s.PrivateData, ""))
+			case len(s.PrivateData) > 0:
+				b.WriteString(" pd " + textOrHex(s.PrivateData, ""))
 			}
 		}
 	case layers.KindFPDU:

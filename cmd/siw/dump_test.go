@@ -13,6 +13,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/gosiw/gosiw/layers"
+	"github.com/gosiw/gosiw/mpa"
 )
 
 // The dump goldens: testdata/dump/NAME.jsonl (siw dump --json) and
@@ -98,8 +101,8 @@ func dumpLineDiff(want, got []byte) string {
 func TestDumpJSONFields(t *testing.T) {
 	common := []string{"conn", "kind"}
 	frame := []string{"dir", "frame", "packet"}
-	handshake := []string{"rev", "markers", "crc", "reject", "enhanced", "p2p", "ird", "ord", "rtr", "pd_len", "private_data"}
-	fpdu := []string{"ulpdu_len", "crc", "crc_ok", "ddp", "rdmap", "payload_len"}
+	handshake := []string{"rev", "markers", "crc", "reject", "enhanced", "p2p", "ird", "ord", "rtr", "pd_len", "pd_block_len", "ulp_pd_len", "private_data"}
+	fpdu := []string{"ulpdu_len", "crc", "crc_value", "crc_ok", "ddp", "rdmap", "payload_len"}
 	for _, path := range dumpCaptures(t) {
 		crcCapture := strings.Contains(path, "crc-")
 		lines := bytes.Split(bytes.TrimSpace(dumpOutput(t, path, true)), []byte("\n"))
@@ -126,8 +129,23 @@ func TestDumpJSONFields(t *testing.T) {
 					t.Errorf("%s line %d (%s): no %q", path, i+1, m["kind"], k)
 				}
 			}
+			// "crc" is a boolean wherever it appears.
+			if c, ok := m["crc"]; ok {
+				if _, isBool := c.(bool); !isBool {
+					t.Errorf("%s line %d (%s): crc %v is not a boolean", path, i+1, m["kind"], c)
+				}
+			}
 			if m["kind"] == "mpa_request" || m["kind"] == "mpa_reply" {
 				if _, bad := m["error"]; !bad {
+					// An empty private_data beside a non-zero pd_len is
+					// explained by the block.
+					if m["pd_len"] != m["pd_block_len"].(float64)+m["ulp_pd_len"].(float64) ||
+						(m["enhanced"] == true) != (m["pd_block_len"] == 4.0) {
+						t.Errorf("%s line %d: pd_len %v, block %v, ULP %v", path, i+1, m["pd_len"], m["pd_block_len"], m["ulp_pd_len"])
+					}
+					if _, ok := m["reject_reason"]; ok != (m["reject"] == true) {
+						t.Errorf("%s line %d: reject_reason beside reject %v", path, i+1, m["reject"])
+					}
 					if _, ok := m["rtr"].([]any); !ok {
 						t.Errorf("%s line %d: rtr %v is not a list", path, i+1, m["rtr"])
 					}
@@ -138,6 +156,9 @@ func TestDumpJSONFields(t *testing.T) {
 			}
 			if m["kind"] != "fpdu" {
 				continue
+			}
+			if _, ok := m["crc_value"].(float64); !ok || m["crc"] != crcCapture {
+				t.Errorf("%s line %d: crc %v crc_value %v", path, i+1, m["crc"], m["crc_value"])
 			}
 			if crcCapture && m["crc_ok"] != true || !crcCapture && m["crc_ok"] != nil {
 				t.Errorf("%s line %d: crc_ok %v", path, i+1, m["crc_ok"])
@@ -208,5 +229,34 @@ func TestDumpExitCode(t *testing.T) {
 	}
 	if code, stderr := run("../../testdata/captures/crc-rping-default.pcap"); code != 0 || stderr != "" {
 		t.Errorf("capture: exit code %d, stderr %q", code, stderr)
+	}
+}
+
+// Private data and reject reasons read as text when printable, hex
+// otherwise, and a bare reject says it gave no reason.
+func TestDumpPrivateDataText(t *testing.T) {
+	rec := func(reject bool, pd []byte) *layers.Record {
+		return &layers.Record{Kind: layers.KindMPAReply, Dir: layers.DirR2I, Index: 0, Packet: 7,
+			Startup: &layers.MPAStartup{Frame: mpa.Frame{Reply: true, Reject: reject, Rev: 2, Enhanced: true,
+				PDLength: uint16(mpa.EnhancedLen + len(pd)), PrivateData: pd}}}
+	}
+	for _, c := range []struct {
+		r        *layers.Record
+		text     string
+		jsonPart string
+	}{
+		{rec(true, []byte("gosiw siwd: 10.0.0.1 is not allowed")), ` pd_len 39 (block 4 + ULP 35) reason "gosiw siwd: 10.0.0.1 is not allowed"`,
+			`"reject_reason":"gosiw siwd: 10.0.0.1 is not allowed"`},
+		{rec(true, []byte{0, 1, 0xfe}), ` pd_len 7 (block 4 + ULP 3) reason 3 bytes: 0001fe`, `"private_data":"0001fe","reject_reason":"3 bytes: 0001fe"`},
+		{rec(true, nil), ` pd_len 4 (block 4 + ULP 0) no reason given`, `"ulp_pd_len":0,"private_data":"","reject_reason":""`},
+		{rec(false, []byte("Hello")), ` pd_len 9 (block 4 + ULP 5) pd "Hello"`, `"private_data":"48656c6c6f","private_data_text":"Hello"`},
+	} {
+		if got := dumpTextLine(c.r); !strings.HasSuffix(got, c.text) {
+			t.Errorf("text %q, want it to end %q", got, c.text)
+		}
+		b, err := json.Marshal(dumpJSONValue(c.r))
+		if err != nil || !strings.Contains(string(b), c.jsonPart) {
+			t.Errorf("json %s (%v), want %s in it", b, err, c.jsonPart)
+		}
 	}
 }

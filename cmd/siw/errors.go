@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -22,7 +24,10 @@ func explain(addr, what string, err error) error {
 	var rej *cm.RejectError
 	var ce *cm.ConnectError
 	var te *rdmap.TerminateError
+	var he *mpa.HandshakeError
 	switch {
+	case errors.As(err, &he) && he.Raw != nil:
+		return fmt.Errorf("not an iWARP peer: %s answered %s to an MPA Request", addr, textOrHex(bytes.TrimRight(he.Raw, "\r\n"), "that are not an MPA Reply"))
 	case errors.As(err, &rej):
 		return fmt.Errorf("rejected by %s (%s): %s", addr, cm.RejectMsg(-int(syscall.ECONNREFUSED)), printable(rej.PrivateData))
 	case errors.As(err, &te):
@@ -58,8 +63,43 @@ func printable(b []byte) string {
 	if len(b) == 0 {
 		return "no private data"
 	}
-	if utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+	return textOrHex(b, "of private data")
+}
+
+// textOrHex renders b as quoted text when it is printable, else as
+// "N bytes <what>: hex".
+func textOrHex(b []byte, what string) string {
+	if isText(b) {
 		return strconv.Quote(string(b))
 	}
-	return fmt.Sprintf("%d bytes of private data: %x", len(b), b)
+	if what != "" {
+		what = " " + what
+	}
+	return fmt.Sprintf("%d bytes%s: %x", len(b), what, b)
+}
+
+// isText: b is valid UTF-8 with only printable characters.
+func isText(b []byte) bool {
+	return len(b) > 0 && utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0
+}
+
+// splitHostPort checks a HOST:PORT argument to connect to: a bad one is a
+// usage error ("port 70000: want a number from 1 to 65535"), found before
+// anything connects, never reported as "unreachable".
+func splitHostPort(addr string) (host string, port int, err error) {
+	return parseHostPort(addr, 1)
+}
+
+// parseHostPort checks HOST:PORT with a port from minPort (0 for an
+// address to listen on: any port) to 65535.
+func parseHostPort(addr string, minPort int) (host string, port int, err error) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q is not HOST:PORT (an IPv6 address goes in brackets: [::1]:7174)", addr)
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || n < minPort || n > 65535 {
+		return "", 0, fmt.Errorf("%q: port %q: want a number from %d to 65535", addr, ps, minPort)
+	}
+	return host, n, nil
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/perf"
+	"github.com/gosiw/gosiw/internal/size"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -35,11 +35,12 @@ type perfServerFlags struct {
 }
 
 type perfClientFlags struct {
-	size            perfSizeValue
+	length          size.Value
 	time, interval  perfSecondsValue
 	parallel, depth int
 	crc, json, tcp  bool
 	pingpong        bool
+	server          bool // -s given to a client: refused (iperf3's -s is the server)
 	tcpAddr         string
 	connectTimeout  time.Duration
 }
@@ -55,12 +56,18 @@ func newPerfCmd() *cobra.Command {
 a summary, and checks at the end that the responder got what was sent.
 
   siw perf -s [--listen 127.0.0.1:7174] [--tcp-listen ADDR|off]
-  siw perf write [-s SIZE] [-t SECS] [-P N] [-d DEPTH] [--crc] HOST:PORT
+  siw perf write [-l SIZE] [-t SECS] [-P N] [-d DEPTH] [--crc] HOST:PORT
   siw perf read  ...                 (RDMA Reads from the responder)
   siw perf send  [--pingpong] ...    (Sends; --pingpong: round-trip latency)
 
+As in iperf3, -s is the server and -l/--length the message size; every
+flag is checked before anything is printed. Text output shows messages
+(ops) and the message rate beside the bitrate; --json is shaped as
+iperf3 -J (start.connected, end.streams[].sender and .receiver, end.sum_sent,
+end.sum_received) with gosiw's extras.
+
 --tcp runs the same test over plain TCP afterwards and prints the gosiw/TCP
-ratio. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
+ratio; the TCP sink is checked reachable before the measured run. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
 on the next port (--tcp-listen), which is where --tcp goes by default;
 siwd has none, so against siwd use --tcp-addr self (an in-process sink on
 loopback, for a responder on this host) or point --tcp-addr at a
@@ -70,6 +77,9 @@ loopback, for a responder on this host) or point --tcp-addr at a
 			if !f.server {
 				return errors.New("perf: give an op (write, read or send) and HOST:PORT, or -s for the responder")
 			}
+			if err := perfCheckServerFlags(&f); err != nil {
+				return err
+			}
 			ctx, stop := perfSignalContext(cmd.Context())
 			defer stop()
 			return perfServer(ctx, cmd.OutOrStdout(), &f)
@@ -78,7 +88,7 @@ loopback, for a responder on this host) or point --tcp-addr at a
 	fl := cmd.Flags()
 	fl.BoolVarP(&f.server, "server", "s", false, "run the responder")
 	fl.StringVar(&f.listen, "listen", perfDefaultListen, "responder: gosiw address to listen on")
-	fl.StringVar(&f.tcpListen, "tcp-listen", "", `responder: TCP baseline sink address (default: the --listen host, port+1; "off": none)`)
+	fl.StringVar(&f.tcpListen, "tcp-listen", "", `responder: TCP baseline sink address (default: the --listen host, port+1, skipped with a warning when busy; "off": none)`)
 	fl.BoolVar(&f.crc, "crc", false, "responder: ask every client for MPA CRC32c (by default CRC is on when the client asks)")
 	for _, op := range []string{"write", "read", "send"} {
 		cmd.AddCommand(newPerfOpCmd(op))
@@ -98,7 +108,8 @@ func perfSignalContext(parent context.Context) (context.Context, context.CancelF
 }
 
 func newPerfOpCmd(op string) *cobra.Command {
-	f := perfClientFlags{time: perfSecondsValue(perf.DefaultDuration), interval: perfSecondsValue(perf.DefaultInterval)}
+	f := perfClientFlags{time: perfSecondsValue(perf.DefaultDuration), interval: perfSecondsValue(perf.DefaultInterval),
+		length: size.Value{Min: perf.MinSize, Max: perf.MaxSize}}
 	short := map[string]string{
 		"write": "RDMA Write into the responder's buffer",
 		"read":  "RDMA Read from the responder's buffer",
@@ -107,23 +118,34 @@ func newPerfOpCmd(op string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   op + " [flags] HOST:PORT",
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.server {
+				return errPerfClientS
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := perfSignalContext(cmd.Context())
 			defer stop()
-			return perfClient(ctx, cmd.OutOrStdout(), op, args[0], &f)
+			o, tcpAddr, err := perfClientOptions(cmd, op, args[0], &f)
+			if err != nil {
+				return err
+			}
+			return perfClient(ctx, cmd.OutOrStdout(), args[0], tcpAddr, &o, f.json)
 		},
 	}
 	fl := cmd.Flags()
-	sizeHelp := "message size in bytes, K/M suffixes allowed (default 64K)"
+	sizeHelp := "message size in bytes, K/M suffixes allowed, at most 64M (default 64K)"
 	if op == "send" {
-		sizeHelp = "message size in bytes, K/M suffixes allowed (default 64K; 64 with --pingpong)"
+		sizeHelp = "message size in bytes, K/M suffixes allowed, at most 64M (default 64K; 64 with --pingpong)"
 	}
-	fl.VarP(&f.size, "size", "s", sizeHelp)
+	fl.VarP(&f.length, "length", "l", sizeHelp)
+	fl.BoolVarP(&f.server, "server", "s", false, "not for a client: -s runs the responder (siw perf -s)")
+	_ = fl.MarkHidden("server")
 	fl.VarP(&f.time, "time", "t", "seconds to measure (or a duration: 500ms)")
 	fl.VarP(&f.interval, "interval", "i", "seconds between interval reports; 0 for none")
 	fl.IntVarP(&f.parallel, "parallel", "P", 1, "parallel streams (connections, QPs)")
-	fl.IntVarP(&f.depth, "depth", "d", perf.DefaultDepth, "work requests each stream keeps outstanding (read: at most the granted ORD)")
+	fl.IntVarP(&f.depth, "depth", "d", perf.DefaultDepth, fmt.Sprintf("work requests each stream keeps outstanding, 1 to %d (read: at most the granted ORD)", perf.MaxDepth))
 	fl.BoolVar(&f.crc, "crc", false, "ask for MPA CRC32c")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of text")
 	fl.BoolVar(&f.tcp, "tcp", false, "then run the same test over raw TCP and print the gosiw/TCP ratio")
@@ -133,36 +155,6 @@ func newPerfOpCmd(op string) *cobra.Command {
 		fl.BoolVar(&f.pingpong, "pingpong", false, "one Send at a time, echoed by the responder: measure the round trip")
 	}
 	return cmd
-}
-
-// perfSizeValue is a byte count with optional K, M or G (powers of 1024).
-type perfSizeValue int
-
-func (v *perfSizeValue) String() string {
-	if *v == 0 {
-		return ""
-	}
-	return strconv.Itoa(int(*v))
-}
-func (v *perfSizeValue) Type() string { return "bytes" }
-func (v *perfSizeValue) Set(s string) error {
-	mul := 1
-	t := strings.TrimSuffix(strings.ToUpper(s), "B")
-	t = strings.TrimSuffix(t, "I")
-	switch {
-	case strings.HasSuffix(t, "K"):
-		mul, t = 1<<10, t[:len(t)-1]
-	case strings.HasSuffix(t, "M"):
-		mul, t = 1<<20, t[:len(t)-1]
-	case strings.HasSuffix(t, "G"):
-		mul, t = 1<<30, t[:len(t)-1]
-	}
-	n, err := strconv.Atoi(t)
-	if err != nil || n <= 0 || n > (1<<31)/mul {
-		return fmt.Errorf("not a size: %q", s)
-	}
-	*v = perfSizeValue(n * mul)
-	return nil
 }
 
 // perfSecondsValue is a duration given in seconds ("10", "0.5") or as a Go
@@ -201,83 +193,73 @@ func perfParseOp(op string, pingpong bool) perf.Op {
 	return perf.OpSend
 }
 
-// perfJSON is what --json prints: iperf3's layout (start, intervals, end),
-// with the baseline's own intervals and end under "tcp".
-type perfJSON struct {
-	Start     perfJSONStart   `json:"start"`
-	Intervals []perf.Interval `json:"intervals"`
-	End       *perfJSONEnd    `json:"end,omitempty"`
-	TCP       *perfJSONRun    `json:"tcp,omitempty"`
-	// Ratio is gosiw's figure over TCP's, RatioOf says which:
-	// "bits_per_second", or for pingpong "mean_us" (the round trip).
-	Ratio   *float64 `json:"ratio,omitempty"`
-	RatioOf string   `json:"ratio_of,omitempty"`
-	Error   string   `json:"error,omitempty"`
-}
+var errPerfClientS = errors.New("perf: -s runs the responder (siw perf -s), as in iperf3; a client's message size is -l/--length")
 
-type perfJSONStart struct {
-	Version   string  `json:"version"`
-	Op        string  `json:"op"`
-	Target    string  `json:"target"`
-	Size      int     `json:"size"`
-	Depth     int     `json:"depth"`
-	Parallel  int     `json:"parallel"`
-	Duration  float64 `json:"duration"`
-	Interval  float64 `json:"interval"`
-	CRC       bool    `json:"crc"`
-	TCPAddr   string  `json:"tcp_addr,omitempty"`
-	Timestamp string  `json:"timestamp"`
-}
-
-type perfJSONEnd struct {
-	Streams []perf.StreamResult `json:"streams"`
-	Sum     perf.Summary        `json:"sum"`
-}
-
-type perfJSONRun struct {
-	Intervals []perf.Interval `json:"intervals"`
-	End       *perfJSONEnd    `json:"end,omitempty"`
-	Error     string          `json:"error,omitempty"`
-}
-
-func perfEnd(r *perf.Result) *perfJSONEnd {
-	if r == nil {
-		return nil
-	}
-	return &perfJSONEnd{Streams: r.Streams, Sum: r.Sum}
-}
-
-func perfClient(ctx context.Context, out io.Writer, opName, addr string, f *perfClientFlags) error {
+// perfClientOptions checks every client flag, and the address, before
+// anything is printed: a bad value is a usage error naming the flag.
+func perfClientOptions(cmd *cobra.Command, opName, addr string, f *perfClientFlags) (perf.Options, string, error) {
+	fl := cmd.Flags()
 	o := perf.Options{
-		Op:       perfParseOp(opName, f.pingpong),
-		Size:     int(f.size),
-		Depth:    f.depth,
-		Parallel: f.parallel,
-		Duration: time.Duration(f.time),
-		Interval: time.Duration(f.interval),
-		CRC:      f.crc,
+		Op:             perfParseOp(opName, f.pingpong),
+		Size:           int(f.length.N),
+		Depth:          f.depth,
+		Parallel:       f.parallel,
+		Duration:       time.Duration(f.time),
+		Interval:       time.Duration(f.interval),
+		CRC:            f.crc,
+		ConnectTimeout: f.connectTimeout,
 	}
-	if o.Duration == 0 {
-		return errors.New("perf: --time must be more than 0")
+	switch {
+	case f.server:
+		return o, "", errPerfClientS
+	case o.Duration == 0:
+		return o, "", errors.New("perf: -t/--time must be more than 0")
+	case f.parallel < 1:
+		return o, "", fmt.Errorf("perf: -P/--parallel %d: want 1 to 128 streams", f.parallel)
+	case f.depth < 1 || f.depth > perf.MaxDepth:
+		return o, "", fmt.Errorf("perf: -d/--depth %d: want 1 to %d work requests in flight", f.depth, perf.MaxDepth)
+	case o.Op == perf.OpPingPong && fl.Changed("depth") && f.depth != 1:
+		return o, "", fmt.Errorf("perf: -d/--depth %d: --pingpong keeps one message in flight", f.depth)
+	case f.connectTimeout <= 0:
+		return o, "", fmt.Errorf("perf: --connect-timeout %v: want a positive duration", f.connectTimeout)
 	}
 	if o.Interval == 0 {
 		o.Interval = -1
 	}
+	if o.Size == 0 {
+		o.Size = perf.DefaultSize
+		if o.Op == perf.OpPingPong {
+			o.Size = perf.DefaultPingPongSize
+		}
+	}
 	if o.Op == perf.OpPingPong {
 		o.Depth = 1
 	}
-	host, port, err := net.SplitHostPort(addr)
+	if err := o.Validate(); err != nil {
+		return o, "", err
+	}
+	host, port, err := splitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("perf: %q is not HOST:PORT: %v", addr, err)
+		return o, "", fmt.Errorf("perf: %w", err)
 	}
-	tcp, tcpAddr := f.tcp || f.tcpAddr != "", f.tcpAddr
-	if tcp && tcpAddr == "" {
-		p, err := strconv.Atoi(port)
-		if err != nil || p < 1 || p >= 65535 {
-			return fmt.Errorf("perf: no default --tcp-addr for port %q: give one", port)
+	tcpAddr := f.tcpAddr
+	if f.tcp && tcpAddr == "" {
+		if port == 65535 {
+			return o, "", fmt.Errorf("perf: no default --tcp-addr for port %d (the sink is on the next port): give one", port)
 		}
-		tcpAddr = net.JoinHostPort(host, strconv.Itoa(p+1))
+		tcpAddr = net.JoinHostPort(host, strconv.Itoa(port+1))
 	}
+	if tcpAddr != "" && tcpAddr != "self" {
+		if _, _, err := splitHostPort(tcpAddr); err != nil {
+			return o, "", fmt.Errorf("perf: --tcp-addr: %w", err)
+		}
+	}
+	return o, tcpAddr, nil
+}
+
+// perfClient runs a validated client test (perfClientOptions) and prints
+// it, or its JSON document.
+func perfClient(ctx context.Context, out io.Writer, addr, tcpAddr string, o *perf.Options, asJSON bool) error {
 	if tcpAddr == "self" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -289,29 +271,27 @@ func perfClient(ctx context.Context, out io.Writer, opName, addr string, f *perf
 		defer func() { cancel(); <-done }()
 		tcpAddr = ln.Addr().String()
 	}
-	p := &perfPrinter{w: out, op: o.Op, json: f.json}
-	doc := perfJSON{Start: perfJSONStart{Version: perf.Prefix, Op: o.Op.String(), Target: addr, Size: o.Size, Depth: o.Depth,
-		Parallel: max(o.Parallel, 1), Duration: o.Duration.Seconds(), Interval: max(o.Interval, 0).Seconds(), CRC: o.CRC,
-		TCPAddr: tcpAddr, Timestamp: time.Now().UTC().Format(time.RFC3339)}}
-	if doc.Start.Size == 0 {
-		doc.Start.Size = perf.DefaultSize
-		if o.Op == perf.OpPingPong {
-			doc.Start.Size = perf.DefaultPingPongSize
+	p := &perfPrinter{w: out, op: o.Op, json: asJSON}
+	doc := perfJSON{Start: perfStart(o, addr, tcpAddr, time.Now())}
+	if tcpAddr != "" {
+		// The baseline runs after the measured test: find out now, not
+		// in ten seconds, that it cannot.
+		if err := perf.CheckTCP(ctx, tcpAddr, o.ConnectTimeout); err != nil {
+			return p.fail(&doc, perfExplainTCP(tcpAddr, err))
 		}
 	}
-
-	o.ConnectTimeout = f.connectTimeout
 	o.OnConnect = p.connected
 	o.OnInterval = p.interval
+	p.doc = &doc
 	p.header(fmt.Sprintf("Connecting to %s: gosiw %s, %d-byte messages, depth %d, %s, %v, CRC %s",
-		addr, perfOpTitle(o.Op), doc.Start.Size, o.Depth, perfStreams(doc.Start.Parallel), o.Duration, perfOnOff(o.CRC)))
+		addr, perfOpTitle(o.Op), o.Size, o.Depth, perfStreams(o.Parallel), o.Duration, perfOnOff(o.CRC)))
 	p.transport = "gosiw"
-	res, err := perf.Run(ctx, addr, &o)
+	res, err := perf.Run(ctx, addr, o)
 	if err != nil {
 		err = perfExplain(addr, err)
 	}
 	if res != nil {
-		doc.Intervals, doc.End = res.Intervals, perfEnd(res)
+		doc.Intervals, doc.End = perfIntervals(res.Intervals, o.Op != perf.OpRead), perfJSONEndOf(res, o.Op)
 		p.summary(res)
 	}
 	if err != nil {
@@ -323,14 +303,14 @@ func perfClient(ctx context.Context, out io.Writer, opName, addr string, f *perf
 
 	p.header(fmt.Sprintf("\nRaw TCP baseline to %s: the same size, streams and duration (TCP keeps its own window in flight)", tcpAddr))
 	p.head, p.transport = false, "tcp"
-	tres, terr := perf.RunTCP(ctx, tcpAddr, &o)
-	doc.TCP = &perfJSONRun{}
+	doc.TCP = &perfJSONRun{Connected: []perfJSONConnected{}}
+	tres, terr := perf.RunTCP(ctx, tcpAddr, o)
 	if terr != nil {
 		terr = perfExplainTCP(tcpAddr, terr)
 		doc.TCP.Error = terr.Error()
 	}
 	if tres != nil {
-		doc.TCP.Intervals, doc.TCP.End = tres.Intervals, perfEnd(tres)
+		doc.TCP.Intervals, doc.TCP.End = perfIntervals(tres.Intervals, o.Op != perf.OpRead), perfJSONEndOf(tres, o.Op)
 		p.summary(tres)
 		if terr == nil {
 			if doc.Ratio = p.ratio(res, tres); doc.Ratio != nil {
@@ -382,6 +362,7 @@ type perfPrinter struct {
 	transport string // of the run being printed
 	head      bool   // the interval column header has been printed
 	sep       bool   // the last line printed is a separator
+	doc       *perfJSON
 }
 
 func (p *perfPrinter) header(s string) {
@@ -391,6 +372,13 @@ func (p *perfPrinter) header(s string) {
 }
 
 func (p *perfPrinter) connected(si perf.StreamInfo) {
+	if p.doc != nil {
+		if p.transport == "gosiw" {
+			p.doc.Start.Connected = append(p.doc.Start.Connected, perfConnected(si, true))
+		} else if p.doc.TCP != nil {
+			p.doc.TCP.Connected = append(p.doc.TCP.Connected, perfConnected(si, false))
+		}
+	}
 	if p.json {
 		return
 	}
@@ -403,7 +391,7 @@ func (p *perfPrinter) connected(si perf.StreamInfo) {
 	fmt.Fprintf(p.w, "[%3d] local %s port %s connected to %s port %s%s\n", si.ID, lh, lp, rh, rp, extra)
 }
 
-const perfColumns = "[ ID] Interval           Transfer     Bitrate          Ops"
+const perfColumns = "[ ID] Interval           Transfer     Bitrate          Messages"
 
 func (p *perfPrinter) interval(iv *perf.Interval) {
 	if p.json {
@@ -426,15 +414,23 @@ func (p *perfPrinter) interval(iv *perf.Interval) {
 const perfSeparator = "- - - - - - - - - - - - - - - - - - - - - - - - -"
 
 // perfLine formats one report line: "[  1]   0.00-1.00   sec  1.10 GBytes
-// 9.45 Gbits/sec  18012 ops".
+// 9.45 Gbits/sec  18012 ops  18.0 Kops/sec".
 func perfLine(id string, s *perf.Summary, tag string) string {
-	return perfLineOps(id, s, strconv.FormatUint(s.Ops, 10), tag)
+	return perfLineOps(id, s, &s.Ops, tag)
 }
 
-// perfLineOps is perfLine with the ops column given ("-": not counted).
-func perfLineOps(id string, s *perf.Summary, ops, tag string) string {
-	line := fmt.Sprintf("[%s] %6.2f-%-6.2f sec  %s  %s/sec  %s ops", id, s.Start, s.End,
-		perfUnits(float64(s.Bytes), 1024, "Bytes"), perfUnits(s.BitsPerSecond, 1000, "bits"), ops)
+// perfLineOps is perfLine with the message count given (nil: not counted
+// on that side, and the column is left out).
+func perfLineOps(id string, s *perf.Summary, ops *uint64, tag string) string {
+	line := fmt.Sprintf("[%s] %6.2f-%-6.2f sec  %s  %s/sec", id, s.Start, s.End,
+		perfUnits(float64(s.Bytes), 1024, "Bytes"), perfUnits(s.BitsPerSecond, 1000, "bits"))
+	if ops != nil {
+		rate := 0.0
+		if s.Seconds > 0 {
+			rate = float64(*ops) / s.Seconds
+		}
+		line += fmt.Sprintf("  %d ops  %s/sec", *ops, perfUnits(rate, 1000, "ops"))
+	}
 	if s.Latency != nil && s.Latency.Samples > 0 {
 		line += fmt.Sprintf("  rtt %.1f us", s.Latency.MeanUS)
 	}
@@ -486,11 +482,7 @@ func (p *perfPrinter) summary(r *perf.Result) {
 		if s.Seconds > 0 {
 			s.BitsPerSecond = float64(bytes) * 8 / s.Seconds
 		}
-		n := "-"
-		if ops != nil {
-			n = strconv.FormatUint(*ops, 10)
-		}
-		fmt.Fprintln(p.w, perfLineOps(id, &s, n, "receiver"))
+		fmt.Fprintln(p.w, perfLineOps(id, &s, ops, "receiver"))
 	}
 	for _, s := range r.Streams {
 		id := fmt.Sprintf("%3d", s.ID)
@@ -580,7 +572,7 @@ func (p *perfPrinter) fail(doc *perfJSON, err error) error {
 
 func (p *perfPrinter) writeJSON(doc *perfJSON) error {
 	if doc.Intervals == nil {
-		doc.Intervals = []perf.Interval{}
+		doc.Intervals = []perfJSONInterval{}
 	}
 	enc := json.NewEncoder(p.w)
 	enc.SetIndent("", "  ")
@@ -607,22 +599,36 @@ func perfExplainTCP(addr string, err error) error {
 	return fmt.Errorf("perf: TCP baseline: %w", err)
 }
 
+// perfCheckServerFlags checks the responder's flags before it starts.
+func perfCheckServerFlags(f *perfServerFlags) error {
+	if _, _, err := perfListenAddr(f.listen); err != nil {
+		return fmt.Errorf("perf: --listen: %w", err)
+	}
+	if f.tcpListen != "" && f.tcpListen != "off" {
+		if _, _, err := perfListenAddr(f.tcpListen); err != nil {
+			return fmt.Errorf("perf: --tcp-listen: %w", err)
+		}
+	}
+	return nil
+}
+
+// perfListenAddr checks a HOST:PORT to listen on (port 0: any).
+func perfListenAddr(addr string) (string, int, error) { return parseHostPort(addr, 0) }
+
 // perfServer runs the responder and its TCP sink until ctx is done.
 func perfServer(ctx context.Context, out io.Writer, f *perfServerFlags) error {
-	tcpListen := f.tcpListen
-	if tcpListen == "" {
-		host, port, err := net.SplitHostPort(f.listen)
-		if err != nil {
-			return fmt.Errorf("perf: --listen %q is not HOST:PORT: %v", f.listen, err)
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil || p >= 65535 {
-			return fmt.Errorf("perf: no default --tcp-listen for port %q: give one, or off", port)
-		}
-		if p != 0 {
+	tcpListen, tcpDefault := f.tcpListen, f.tcpListen == ""
+	if tcpDefault {
+		host, p, _ := perfListenAddr(f.listen)
+		switch {
+		case p == 65535:
+			tcpListen = "off"
+		case p != 0:
 			p++
 		}
-		tcpListen = net.JoinHostPort(host, strconv.Itoa(p))
+		if tcpListen == "" {
+			tcpListen = net.JoinHostPort(host, strconv.Itoa(p))
+		}
 	}
 	dev, err := rdmap.NewDevice(nil)
 	if err != nil {
@@ -671,8 +677,14 @@ func perfServer(ctx context.Context, out io.Writer, f *perfServerFlags) error {
 	var tln net.Listener
 	if tcpListen != "off" {
 		if tln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", tcpListen); err != nil {
-			srv.Close()
-			return fmt.Errorf("perf: TCP sink: %w", err)
+			if !tcpDefault {
+				srv.Close()
+				return fmt.Errorf("perf: TCP sink (--tcp-listen): %w", err)
+			}
+			// The sink is an extra on a port nobody chose: the responder
+			// runs without it.
+			printf("warning: no TCP baseline sink: %v; clients' --tcp needs --tcp-addr (or run with --tcp-listen ADDR)\n", err)
+			tln = nil
 		}
 	}
 	if tln != nil {

@@ -66,14 +66,16 @@ func runPerfCmd(t *testing.T, args ...string) (string, error) {
 }
 
 var (
-	perfIntervalRE = regexp.MustCompile(`^\[(  [12]|SUM)\] +\d+\.\d\d-\d+\.\d\d +sec +[\d.]+ [KMGT]?Bytes +[\d.]+ [KMGT]?bits/sec +\d+ ops$`)
-	perfSummaryRE  = regexp.MustCompile(`^\[(  [12]|SUM)\] +0\.00-\d+\.\d\d +sec +[\d.]+ [KMGT]?Bytes +[\d.]+ [KMGT]?bits/sec +(\d+|-) ops  (sender|receiver)$`)
+	perfIntervalRE = regexp.MustCompile(`^\[(  [12]|SUM)\] +\d+\.\d\d-\d+\.\d\d +sec +[\d.]+ [KMGT]?Bytes +[\d.]+ [KMGT]?bits/sec +\d+ ops +[\d.]+ [KMGT]?ops/sec$`)
+	// A receiver that counts no messages (RDMA Writes, the TCP sink) has
+	// no ops columns, never a placeholder.
+	perfSummaryRE = regexp.MustCompile(`^\[(  [12]|SUM)\] +0\.00-\d+\.\d\d +sec +[\d.]+ [KMGT]?Bytes +[\d.]+ [KMGT]?bits/sec( +\d+ ops +[\d.]+ [KMGT]?ops/sec)?  (sender|receiver)$`)
 )
 
 func TestPerfText(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, perfLeakOpts...) })
 	addr, tcpAddr := perfResponder(t)
-	out, err := runPerfCmd(t, "write", "-s", "16K", "-t", "0.2", "-i", "0.05", "-P", "2", "--crc", "--tcp", "--tcp-addr", tcpAddr, addr)
+	out, err := runPerfCmd(t, "write", "-l", "16K", "-t", "0.2", "-i", "0.05", "-P", "2", "--crc", "--tcp", "--tcp-addr", tcpAddr, addr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -96,7 +98,7 @@ func TestPerfText(t *testing.T) {
 	for _, want := range []string{
 		"Connecting to " + addr + ": gosiw RDMA Write, 16384-byte messages, depth 16, 2 streams, 200ms, CRC on",
 		"connected to 127.0.0.1 port", "(gosiw, depth 16, CRC on)",
-		"[ ID] Interval           Transfer     Bitrate          Ops",
+		"[ ID] Interval           Transfer     Bitrate          Messages",
 		"Raw TCP baseline to " + tcpAddr,
 		"gosiw/TCP throughput: ",
 		"perf Done.",
@@ -114,23 +116,43 @@ func TestPerfJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	type span struct {
+		Socket        int                `json:"socket"`
+		Seconds       float64            `json:"seconds"`
+		BitsPerSecond float64            `json:"bits_per_second"`
+		Bytes         uint64             `json:"bytes"`
+		Sender        bool               `json:"sender"`
+		Ops           *uint64            `json:"ops"`
+		OpsPerSecond  *float64           `json:"ops_per_second"`
+		Latency       map[string]float64 `json:"latency"`
+		CountedBy     string             `json:"counted_by"`
+	}
 	var doc struct {
-		Start     map[string]any `json:"start"`
+		Start struct {
+			Connected []struct {
+				Socket     int    `json:"socket"`
+				LocalHost  string `json:"local_host"`
+				RemotePort int    `json:"remote_port"`
+			} `json:"connected"`
+			TestStart map[string]any `json:"test_start"`
+			Op        string         `json:"op"`
+			Size      int            `json:"size"`
+			Depth     int            `json:"depth"`
+			Version   string         `json:"version"`
+		} `json:"start"`
 		Intervals []struct {
 			Streams []map[string]any `json:"streams"`
 			Sum     map[string]any   `json:"sum"`
 		} `json:"intervals"`
 		End struct {
-			Streams []map[string]any `json:"streams"`
-			Sum     struct {
-				Seconds       float64            `json:"seconds"`
-				BitsPerSecond float64            `json:"bits_per_second"`
-				Bytes         uint64             `json:"bytes"`
-				Ops           uint64             `json:"ops"`
-				Latency       map[string]float64 `json:"latency"`
-			} `json:"sum"`
+			Streams []struct {
+				Sender, Receiver span
+			} `json:"streams"`
+			SumSent     span `json:"sum_sent"`
+			SumReceived span `json:"sum_received"`
 		} `json:"end"`
 		TCP struct {
+			Connected []any          `json:"connected"`
 			Intervals []any          `json:"intervals"`
 			End       map[string]any `json:"end"`
 		} `json:"tcp"`
@@ -141,47 +163,48 @@ func TestPerfJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if doc.Start["op"] != "pingpong" || doc.Start["size"] != 64.0 || doc.Start["depth"] != 1.0 || doc.Start["version"] != "gosiw-perf/1" {
-		t.Errorf("start %v", doc.Start)
+	st := doc.Start
+	if st.Op != "pingpong" || st.Size != 64 || st.Depth != 1 || st.Version != "gosiw-perf/1" ||
+		st.TestStart["protocol"] != "gosiw" || st.TestStart["blksize"] != 64.0 || st.TestStart["num_streams"] != 1.0 {
+		t.Errorf("start %+v", st)
+	}
+	_, port := perfSplit(addr)
+	if len(st.Connected) != 1 || st.Connected[0].Socket != 1 || st.Connected[0].LocalHost != "127.0.0.1" || st.Connected[0].RemotePort != port {
+		t.Errorf("start.connected %+v", st.Connected)
 	}
 	if len(doc.Intervals) == 0 || len(doc.Intervals[0].Streams) != 1 {
 		t.Fatalf("intervals %+v", doc.Intervals)
 	}
-	for _, k := range []string{"start", "end", "seconds", "bytes", "bits_per_second", "ops", "latency"} {
+	for _, k := range []string{"start", "end", "seconds", "bytes", "bits_per_second", "omitted", "sender", "ops", "ops_per_second", "latency"} {
 		if _, ok := doc.Intervals[0].Sum[k]; !ok {
 			t.Errorf("interval sum has no %q: %v", k, doc.Intervals[0].Sum)
 		}
 	}
-	s := doc.End.Sum
-	if s.Ops == 0 || s.Bytes != 64*s.Ops || s.Seconds <= 0 || s.BitsPerSecond <= 0 {
-		t.Errorf("sum %+v", s)
+	s := doc.End.SumSent
+	if s.Ops == nil || *s.Ops == 0 || s.Bytes != 64**s.Ops || s.Seconds <= 0 || s.BitsPerSecond <= 0 || !s.Sender ||
+		s.CountedBy != "client" || s.OpsPerSecond == nil || *s.OpsPerSecond <= 0 {
+		t.Errorf("sum_sent %+v", s)
 	}
 	for _, k := range []string{"samples", "mean_us", "p50_us", "p99_us"} {
 		if s.Latency[k] <= 0 {
 			t.Errorf("latency %s = %v", k, s.Latency[k])
 		}
 	}
-	if len(doc.End.Streams) != 1 || doc.End.Streams[0]["peer"] == nil || doc.End.Streams[0]["crc"] != false {
-		t.Errorf("streams %v", doc.End.Streams)
+	// The responder counted the messages it echoed: the receiver side is
+	// its report, which the client checked against its own.
+	r := doc.End.SumReceived
+	if r.CountedBy != "responder" || r.Ops == nil || *r.Ops != *s.Ops || r.Bytes != s.Bytes || !r.Sender {
+		t.Errorf("sum_received %+v (sum_sent %+v)", r, s)
 	}
-	if len(doc.TCP.Intervals) == 0 || doc.TCP.End == nil || doc.Ratio == nil || *doc.Ratio <= 0 || doc.RatioOf != "mean_us" || doc.Error != "" {
+	if len(doc.End.Streams) != 1 || doc.End.Streams[0].Sender.Socket != 1 || doc.End.Streams[0].Receiver.CountedBy != "responder" {
+		t.Errorf("streams %+v", doc.End.Streams)
+	}
+	if len(doc.TCP.Connected) != 1 || len(doc.TCP.Intervals) == 0 || doc.TCP.End == nil || doc.Ratio == nil || *doc.Ratio <= 0 || doc.RatioOf != "mean_us" || doc.Error != "" {
 		t.Errorf("tcp %+v ratio %v of %q error %q", doc.TCP, doc.Ratio, doc.RatioOf, doc.Error)
 	}
 }
 
 func TestPerfFlags(t *testing.T) {
-	for in, want := range map[string]int{"65536": 65536, "64K": 65536, "64k": 65536, "1M": 1 << 20, "2MiB": 2 << 20, "1g": 1 << 30} {
-		var v perfSizeValue
-		if err := v.Set(in); err != nil || int(v) != want {
-			t.Errorf("size %q: %d %v", in, v, err)
-		}
-	}
-	for _, bad := range []string{"", "0", "-1", "x", "3T", "4G"} {
-		var v perfSizeValue
-		if err := v.Set(bad); err == nil {
-			t.Errorf("size %q accepted: %d", bad, v)
-		}
-	}
 	for in, want := range map[string]time.Duration{"10": 10 * time.Second, "0.5": 500 * time.Millisecond, "250ms": 250 * time.Millisecond, "0": 0} {
 		var v perfSecondsValue
 		if err := v.Set(in); err != nil || time.Duration(v) != want {
@@ -192,17 +215,41 @@ func TestPerfFlags(t *testing.T) {
 	if err := v.Set("-1"); err == nil {
 		t.Error("negative seconds accepted")
 	}
-	for _, args := range [][]string{
-		{},                                  // neither -s nor an op
-		{"write"},                           // no address
-		{"write", "-t", "0", "127.0.0.1:1"}, // no time
-		{"write", "nohostport"},
-		{"fly", "127.0.0.1:1"},
-		{"write", "-d", "500", "127.0.0.1:1"},
-		{"read", "--pingpong", "127.0.0.1:1"}, // --pingpong is send's
+	// Every bad flag is refused before anything is printed, with a reason
+	// naming the flag or the value.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "give an op"},
+		{[]string{"write"}, "accepts 1 arg"},
+		{[]string{"write", "-t", "0", "127.0.0.1:1"}, "-t/--time must be more than 0"},
+		{[]string{"write", "nohostport"}, `"nohostport" is not HOST:PORT`},
+		{[]string{"write", "127.0.0.1:70000"}, `port "70000": want a number from 1 to 65535`},
+		{[]string{"write", "127.0.0.1:http"}, `port "http": want a number from 1 to 65535`},
+		{[]string{"fly", "127.0.0.1:1"}, `unknown command "fly"`},
+		{[]string{"write", "-d", "500", "127.0.0.1:1"}, "-d/--depth 500: want 1 to"},
+		{[]string{"write", "-d", "0", "127.0.0.1:1"}, "-d/--depth 0: want 1 to"},
+		{[]string{"write", "-P", "0", "127.0.0.1:1"}, "-P/--parallel 0: want 1 to 128"},
+		{[]string{"write", "-P", "129", "127.0.0.1:1"}, "129 parallel streams out of range"},
+		{[]string{"write", "-l", "2G", "127.0.0.1:1"}, `size "2G": want at most 64M`},
+		{[]string{"write", "-l", "0", "127.0.0.1:1"}, `size "0": want at least 1`},
+		{[]string{"write", "-l", "-5", "127.0.0.1:1"}, "must not be negative"},
+		{[]string{"write", "--connect-timeout", "0s", "127.0.0.1:1"}, "--connect-timeout 0s"},
+		{[]string{"send", "--pingpong", "-d", "4", "127.0.0.1:1"}, "--pingpong keeps one message in flight"},
+		{[]string{"read", "--pingpong", "127.0.0.1:1"}, "unknown flag: --pingpong"},
+		{[]string{"-s", "write", "127.0.0.1:1"}, "-s runs the responder"},
+		{[]string{"write", "-s", "16K", "127.0.0.1:1"}, "-s runs the responder"},
+		{[]string{"write", "--tcp-addr", "x", "127.0.0.1:1"}, `--tcp-addr: "x" is not HOST:PORT`},
+		{[]string{"write", "--tcp", "127.0.0.1:65535"}, "no default --tcp-addr for port 65535"},
+		{[]string{"-s", "--listen", "127.0.0.1:99999"}, `--listen: "127.0.0.1:99999": port "99999"`},
 	} {
-		if out, err := runPerfCmd(t, args...); err == nil {
-			t.Errorf("%q: no error\n%s", args, out)
+		out, err := runPerfCmd(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.args, err, c.want)
+		}
+		if out != "" {
+			t.Errorf("%q printed before refusing:\n%s", c.args, out)
 		}
 	}
 }
@@ -276,14 +323,18 @@ func TestPerfErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "connection terminated: the peer sent a Terminate: layer DDP, type tagged buffer, code invalid STag (0x00)") {
 		t.Errorf("terminated: %v\n%s", err, out)
 	}
+	if strings.Contains(out, "- ops") {
+		t.Errorf("a placeholder ops column in\n%s", out)
+	}
 	if !strings.Contains(out, "[  1] error: stream 1: ") {
 		t.Errorf("no stream error line in\n%s", out)
 	}
 
-	// --tcp without a sink.
+	// --tcp without a sink: found out before the measured run, which
+	// does not start.
 	addr, _ := perfResponder(t)
-	out, err = runPerfCmd(t, "send", "-t", "0.1", "--tcp", "--tcp-addr", closed, addr)
-	if err == nil || !strings.Contains(err.Error(), "TCP baseline: "+closed+" refused the connection") || !strings.Contains(out, "[  1]") {
+	out, err = runPerfCmd(t, "send", "-t", "30", "--tcp", "--tcp-addr", closed, addr)
+	if err == nil || !strings.Contains(err.Error(), "TCP baseline: "+closed+" refused the connection") || out != "" {
 		t.Errorf("tcp unreachable: %v\n%s", err, out)
 	}
 }
@@ -347,19 +398,92 @@ func TestPerfServer(t *testing.T) {
 	}
 	// The responder's count of the messages it received.
 	l := next()
-	if e := regexp.MustCompile(`^\[  1\] +0\.00-\d+\.\d\d +sec .* (\d+) ops$`).FindStringSubmatch(l); e == nil {
+	if e := regexp.MustCompile(`^\[  1\] +0\.00-\d+\.\d\d +sec .* (\d+) ops +[\d.]+ [KMG]?ops/sec$`).FindStringSubmatch(l); e == nil {
 		t.Errorf("ended line %q", l)
 	} else if e[1] != strconv.FormatUint(res.Sum.Ops, 10) {
 		t.Errorf("server counted %s ops, client %d", e[1], res.Sum.Ops)
 	}
+	// The client's reachability check of the sink prints nothing and
+	// takes no connection number.
+	if err := perf.CheckTCP(ctx, m[2], time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := perf.RunTCP(ctx, m[2], &perf.Options{Op: perf.OpWrite, Size: 1000, Duration: 50 * time.Millisecond, Interval: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if l := next(); !strings.HasPrefix(l, "[tcp 1] accepted") {
+	if l := next(); !strings.HasPrefix(l, "[tcp 1] accepted 127.0.0.1:") {
 		t.Errorf("tcp accepted line %q", l)
 	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A busy port+1 costs the responder its TCP sink, with a warning; a busy
+// --tcp-listen given by hand is an error.
+func TestPerfServerBusySinkPort(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, perfLeakOpts...) })
+	// Two adjacent free ports: listen on a free one and take the next
+	// for the sink's place, retrying when that one is taken by others.
+	var busy net.Listener
+	var listen string
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p == 65535 {
+			continue
+		}
+		if b, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1))); err == nil {
+			busy, listen = b, net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+			break
+		}
+	}
+	if busy == nil {
+		t.Skip("found no two adjacent free ports")
+	}
+	defer busy.Close()
+	w := &lineWriter{lines: make(chan string, 100)}
+	cmd := newPerfCmd()
+	cmd.SetOut(w)
+	cmd.SetArgs([]string{"-s", "--listen", listen})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(sctx) }()
+	var lines []string
+	for len(lines) < 2 {
+		select {
+		case l := <-w.lines:
+			lines = append(lines, l)
+		case err := <-done:
+			t.Fatalf("server ended: %v (said %q)", err, lines)
+		case <-ctx.Done():
+			t.Fatalf("said only %q", lines)
+		}
+	}
+	if !strings.HasPrefix(lines[0], "warning: no TCP baseline sink: ") || !strings.Contains(lines[0], "address already in use") {
+		t.Errorf("warning line %q", lines[0])
+	}
+	if lines[1] != "Server listening on "+listen+" (gosiw)" {
+		t.Errorf("listening line %q", lines[1])
+	}
+	// It serves.
+	if _, err := perf.Run(ctx, listen, &perf.Options{Op: perf.OpSend, Size: 100, Duration: 50 * time.Millisecond, Interval: -1}); err != nil {
+		t.Errorf("run against the responder: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Given by hand, the same busy port is an error.
+	out, err := runPerfCmd(t, "-s", "--listen", "127.0.0.1:0", "--tcp-listen", busy.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "TCP sink (--tcp-listen)") {
+		t.Errorf("busy --tcp-listen: %v\n%s", err, out)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/internal/size"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -21,13 +22,14 @@ import (
 type pingFlags struct {
 	client, server, verbose, validate, persistent, crc bool
 	addr                                               string
-	port, size, count                                  int
+	port, count                                        int
+	size                                               size.Value
 	timeout                                            time.Duration
 }
 
 // newPingCmd is an rping-compatible client and server.
 func newPingCmd() *cobra.Command {
-	var f pingFlags
+	f := pingFlags{size: size.Value{N: rping.DefaultSize, Min: rping.MinSize, Max: rping.MaxSize}}
 	cmd := &cobra.Command{
 		Use:   "ping (-c|-s) -a ADDR [-p PORT] [-S SIZE] [-C COUNT] [-v] [-V]",
 		Short: "rping-compatible client and server (interoperates with Linux rping)",
@@ -36,8 +38,11 @@ func newPingCmd() *cobra.Command {
 			if f.client == f.server {
 				return errors.New("ping: give exactly one of -c (client) or -s (server)")
 			}
-			if f.size < rping.MinSize || f.size > rping.MaxSize {
-				return fmt.Errorf("ping: size %d out of range [%d, %d]", f.size, rping.MinSize, rping.MaxSize)
+			if f.port < 1 || f.port > 65535 {
+				return fmt.Errorf("ping: -p/--port %d: want a number from 1 to 65535", f.port)
+			}
+			if f.count < 0 {
+				return fmt.Errorf("ping: -C/--count %d: want 0 (until interrupted) or more", f.count)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -52,7 +57,7 @@ func newPingCmd() *cobra.Command {
 	fl.BoolVarP(&f.server, "server", "s", false, "server mode")
 	fl.StringVarP(&f.addr, "addr", "a", "", "address to connect to (client) or bind (server)")
 	fl.IntVarP(&f.port, "port", "p", 7174, "port")
-	fl.IntVarP(&f.size, "size", "S", rping.DefaultSize, "ping buffer size")
+	fl.VarP(&f.size, "size", "S", fmt.Sprintf("ping buffer size, %d to %d bytes", rping.MinSize, rping.MaxSize))
 	fl.IntVarP(&f.count, "count", "C", 0, "number of pings (0: until interrupted)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the ping data")
 	fl.BoolVarP(&f.validate, "validate", "V", false, "validate the ping data")
@@ -80,7 +85,7 @@ func pingClient(ctx context.Context, cmd *cobra.Command, f *pingFlags) error {
 		return err
 	}
 	defer dev.Close()
-	e, err := rping.NewEndpoint(dev.AllocPD(), f.size, true)
+	e, err := rping.NewEndpoint(dev.AllocPD(), int(f.size.N), true)
 	if err != nil {
 		return err
 	}
@@ -114,7 +119,7 @@ func pingClient(ctx context.Context, cmd *cobra.Command, f *pingFlags) error {
 	if cerr != nil {
 		return explain(addr, "siwd or rping -s", cerr)
 	}
-	fmt.Fprintf(out, "client DISCONNECT EVENT...\nclient: %d pings of %d bytes to %s, validation %s\n", res.Pings, f.size, addr,
+	fmt.Fprintf(out, "client DISCONNECT EVENT...\nclient: %d pings of %d bytes to %s, validation %s\n", res.Pings, int(f.size.N), addr,
 		map[bool]string{true: "ok", false: "off"}[f.validate])
 	return nil
 }

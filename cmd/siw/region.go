@@ -12,12 +12,13 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/daemon"
+	"github.com/gosiw/gosiw/internal/size"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
 type regionFlags struct {
-	offset, length int64
+	offset, length size.Value
 	file           string
 	crc            bool
 	timeout        time.Duration
@@ -26,7 +27,7 @@ type regionFlags struct {
 // newRegionCmd reads and writes siwd's exported memory regions with RDMA
 // Read and Write.
 func newRegionCmd() *cobra.Command {
-	var f regionFlags
+	f := regionFlags{length: size.Value{Min: 1}}
 	cmd := &cobra.Command{
 		Use:   "region (read|write) HOST:PORT NAME",
 		Short: "RDMA-Read or RDMA-Write a memory region that siwd exports by name",
@@ -45,8 +46,8 @@ data ("gosiw-region/1 NAME"); siwd answers with its STag, size and rights.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.Int64Var(&f.offset, "offset", 0, "offset in the region")
-	fl.Int64Var(&f.length, "length", 0, "read: bytes to read (0: to the end of the region)")
+	fl.Var(&f.offset, "offset", "offset in the region, in bytes (K, M, G suffixes allowed)")
+	fl.Var(&f.length, "length", "read: bytes to read, K, M, G suffixes allowed (default: to the end of the region)")
 	fl.StringVarP(&f.file, "file", "f", "", "file to write the data to (read) or take it from (write); default standard output/input")
 	fl.BoolVar(&f.crc, "crc", false, "ask for MPA CRC32c")
 	fl.DurationVar(&f.timeout, "timeout", 60*time.Second, "how long the whole transfer may take")
@@ -58,6 +59,12 @@ const regionChunk = 1 << 20
 func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
+	if _, _, err := splitHostPort(addr); err != nil {
+		return fmt.Errorf("region: %w", err)
+	}
+	if write && cmd.Flags().Changed("length") {
+		return errors.New("region: --length is for read; write copies the whole --file")
+	}
 	var data []byte
 	if write {
 		var err error
@@ -103,18 +110,18 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 	if write && acc&daemon.AccessWrite == 0 || !write && acc&daemon.AccessRead == 0 {
 		return fmt.Errorf("region: %s grants %s access only", name, acc)
 	}
-	if f.offset < 0 || f.offset > size {
-		return fmt.Errorf("region: offset %d outside region %s of %d bytes", f.offset, name, size)
+	if f.offset.N < 0 || f.offset.N > size {
+		return fmt.Errorf("region: offset %d outside region %s of %d bytes", f.offset.N, name, size)
 	}
 	n := int64(len(data))
 	if !write {
-		n = f.length
+		n = f.length.N
 		if n == 0 {
-			n = size - f.offset
+			n = size - f.offset.N
 		}
 	}
-	if f.offset+n > size {
-		return fmt.Errorf("region: %d bytes at offset %d run past the end of region %s (%d bytes)", n, f.offset, name, size)
+	if f.offset.N+n > size {
+		return fmt.Errorf("region: %d bytes at offset %d run past the end of region %s (%d bytes)", n, f.offset.N, name, size)
 	}
 	buf := make([]byte, regionChunk)
 	mr, err := pd.RegisterMemory(buf, rdmap.AccessLocalWrite)
@@ -140,7 +147,7 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 			copy(buf, data[done:done+k])
 		}
 		if err := qp.PostSend(rdmap.SendWR{ID: uint64(done), Op: op, SGL: []rdmap.SGE{mr.SGE(0, int(k))},
-			Remote: rdmap.Remote{STag: stag, Offset: uint64(f.offset + done)}, Signaled: true}); err != nil {
+			Remote: rdmap.Remote{STag: stag, Offset: uint64(f.offset.N + done)}, Signaled: true}); err != nil {
 			return regionErr(addr, qp, err)
 		}
 		if err := waitWC(ctx, cq); err != nil {
@@ -157,7 +164,7 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 	if write {
 		verb = "wrote"
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "region %s: %s %d bytes at offset %d in %v\n", name, verb, n, f.offset, time.Since(start).Round(time.Microsecond))
+	fmt.Fprintf(cmd.ErrOrStderr(), "region %s: %s %d bytes at offset %d in %v\n", name, verb, n, f.offset.N, time.Since(start).Round(time.Microsecond))
 	return nil
 }
 

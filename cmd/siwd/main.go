@@ -10,6 +10,9 @@
 //
 // SIGTERM and SIGINT stop it gracefully; SIGHUP reloads the access rules
 // from the config file and the --allow flags.
+//
+// gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
+// file at the root of the module.
 package main
 
 import (
@@ -28,6 +31,7 @@ import (
 
 	"github.com/gosiw/gosiw/internal/daemon"
 	"github.com/gosiw/gosiw/internal/perf"
+	"github.com/gosiw/gosiw/internal/version"
 )
 
 func main() {
@@ -42,6 +46,7 @@ type flags struct {
 	allow, regions                                         []string
 	maxConns, maxPerClient                                 int
 	memBudget, memPerConn, idle                            string
+	lockMemory                                             bool
 }
 
 func newRootCmd() *cobra.Command {
@@ -52,10 +57,12 @@ func newRootCmd() *cobra.Command {
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd, &f)
 		},
 	}
+	cmd.SetVersionTemplate("siwd {{.Version}}\n")
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "TOML config file (flags given override it)")
 	fl.StringVar(&f.listen, "listen", daemon.DefaultListen, "address to listen on")
@@ -65,7 +72,8 @@ func newRootCmd() *cobra.Command {
 	fl.StringVar(&f.metrics, "metrics", daemon.DefaultMetrics, "metrics and /healthz HTTP address (empty: off)")
 	fl.StringArrayVar(&f.regions, "region", nil, "exported region name=NAME,size=SIZE[,file=PATH],access=r|w|rw (repeatable)")
 	fl.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.BoolVar(&f.lockMemory, "lock-memory", false, "mlock every exported region (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)")
 	fl.StringVar(&f.shutdown, "shutdown-timeout", "", "how long a graceful stop may take (default 10s)")
 	fl.StringVar(&f.memBudget, "memory-budget", "", "memory all connections may map for their buffers (default 256MiB)")
 	fl.StringVar(&f.memPerConn, "memory-per-conn", "", "memory one connection may map for its buffers (default 128MiB)")
@@ -107,6 +115,9 @@ func spec(cmd *cobra.Command, f *flags) (*daemon.ConfigSpec, error) {
 	if set("log-level") {
 		s.LogLevel = f.logLevel
 	}
+	if fl.Changed("lock-memory") {
+		s.LockMemory = f.lockMemory
+	}
 	if fl.Changed("shutdown-timeout") {
 		s.ShutdownTimeout = f.shutdown
 	}
@@ -145,6 +156,22 @@ func newLogger(format, level string) (*zap.Logger, error) {
 	zc.Level = zap.NewAtomicLevelAt(lvl)
 	zc.OutputPaths = []string{"stderr"}
 	return zc.Build()
+}
+
+// warnRestart logs each setting a reload changed that only a restart
+// applies (SIGHUP reloads the access rules alone).
+// listening is the address siwd listens on (old.Listen with its port
+// chosen, for a port 0).
+func warnRestart(lg *zap.Logger, listening string, old, cur *daemon.Config) {
+	for _, c := range []struct{ key, was, now, running string }{
+		{"listen", old.Listen, cur.Listen, listening},
+		{"metrics", old.Metrics, cur.Metrics, old.Metrics},
+	} {
+		if c.was != c.now {
+			lg.Warn(c.key+" changed: it needs a restart of siwd; keeping the old one",
+				zap.String("running", c.running), zap.String("configured", c.now))
+		}
+	}
 }
 
 func run(cmd *cobra.Command, f *flags) error {
@@ -196,6 +223,7 @@ func run(cmd *cobra.Command, f *flags) error {
 				if c2, err = s2.Build(); err == nil {
 					srv.SetAllow(c2.Allow)
 					lg.Info("access rules reloaded", zap.Int("networks", len(c2.Allow)))
+					warnRestart(lg, srv.Addr().String(), cfg, c2)
 					continue
 				}
 			}

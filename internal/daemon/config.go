@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/gosiw/gosiw/internal/size"
 )
 
 // Access is what clients may do to an exported region.
@@ -82,6 +83,12 @@ type ConfigSpec struct {
 	MemoryPerConn          string `toml:"memory_per_conn"` // a size: "128MiB"
 	IdleTimeout            string `toml:"idle_timeout"`    // "" or "0": none
 	TCPKeepAlive           string `toml:"tcp_keepalive"`   // "off", or the idle time before probes
+
+	// LockMemory mlocks every exported region (anonymous and file-backed)
+	// when siwd starts, so that region pages are never swapped out; it needs
+	// RLIMIT_MEMLOCK (LimitMEMLOCK in the systemd unit) at least the sum of
+	// the region sizes, or CAP_IPC_LOCK.
+	LockMemory bool `toml:"lock_memory"`
 }
 
 // Config is siwd's validated runtime configuration.
@@ -126,6 +133,8 @@ type Config struct {
 	// accepted connections (then probes every TCPKeepAlive, 9 of them):
 	// 0 means Go's default, 15 s; negative turns keepalive off.
 	TCPKeepAlive time.Duration
+	// LockMemory mlocks every exported region: see ConfigSpec.LockMemory.
+	LockMemory bool
 }
 
 // Defaults.
@@ -173,6 +182,7 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		LogFormat:         s.LogFormat,
 		LogLevel:          s.LogLevel,
 		ShutdownTimeout:   DefaultShutdownTimeout,
+		LockMemory:        s.LockMemory,
 	}
 	c.MaxHandshakes, c.MaxHandshakesPerClient = s.MaxHandshakes, s.MaxHandshakesPerClient
 	if c.Listen == "" {
@@ -190,6 +200,11 @@ func (s *ConfigSpec) Build() (*Config, error) {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	if s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxHandshakes < 0 || s.MaxHandshakesPerClient < 0 {
 		return nil, errors.New("connection limits must not be negative")
@@ -326,29 +341,16 @@ func ParseRegionFlag(s string) (RegionSpec, error) {
 	return rs, nil
 }
 
-// ParseSize parses a byte size: a number with an optional K, M, G, T
-// suffix (powers of 1024; "KiB", "KB", "k" all mean 1024).
+// ParseSize parses a region size with the one size parser every gosiw
+// command uses (internal/size: K, M, G, T are powers of 1024) and wants
+// it positive.
 func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	if t == "" {
-		return 0, errors.New("size is missing")
+	n, err := size.Parse(s)
+	if err != nil {
+		return 0, err
 	}
-	i := len(t)
-	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
-		i--
+	if n <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive size", s)
 	}
-	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	unit = strings.TrimSuffix(strings.TrimSuffix(unit, "ib"), "b")
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M, G or T suffix", s)
-	}
-	shift := map[string]uint{"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[unit]
-	if _, ok := map[string]bool{"": true, "k": true, "m": true, "g": true, "t": true}[unit]; !ok {
-		return 0, fmt.Errorf("size %q: unknown unit", s)
-	}
-	if n > (1<<62)>>shift {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	return n << shift, nil
+	return n, nil
 }

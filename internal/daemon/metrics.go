@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gosiw/gosiw/internal/version"
 )
 
 // Metrics are siwd's Prometheus metrics, on a registry of their own (no
@@ -65,6 +67,7 @@ func NewMetrics() *Metrics {
 	}
 	r.MustRegister(m.Connections, m.Handshakes, m.Admissions, m.Bytes, m.Ops, m.Terminates, m.QPs, m.Memory, m.IdleDisconnects, m.CQs, m.OpLatency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(newBuildInfo(version.Get()))
 	return m
 }
 

@@ -99,7 +99,7 @@ func New(cfg *Config, lg *zap.Logger, m *Metrics) (*Server, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: quiet(lg)})
+	dev, err := rdmap.NewDevice(&rdmap.Config{Logger: quiet(lg), LockMemory: cfg.LockMemory})
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +166,12 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 	fm, err := sys.MapFile(f, r.Size, writable)
 	if err != nil {
 		return nil, fmt.Errorf("region %s: map %s: %w", r.Name, r.File, err)
+	}
+	if s.cfg.LockMemory {
+		if err := fm.Lock(); err != nil {
+			_ = fm.Unmap()
+			return nil, fmt.Errorf("region %s: lock_memory: %w (raise RLIMIT_MEMLOCK, LimitMEMLOCK in the unit)", r.Name, err)
+		}
 	}
 	return &region{Region: r, mem: fm.Data, close: fm.Unmap}, nil
 }

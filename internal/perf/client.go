@@ -92,6 +92,14 @@ func (o *Options) resolve() (Options, error) {
 	return c, nil
 }
 
+// Validate checks o as Run and RunTCP do before they connect (zero fields
+// taking their defaults), so that a command can refuse bad options before
+// it prints anything.
+func (o *Options) Validate() error {
+	_, err := o.resolve()
+	return err
+}
+
 func (o *Options) params() Params { return Params{Op: o.Op, Size: o.Size, Depth: o.Depth} }
 
 // StreamInfo describes a connected stream.

@@ -50,6 +50,21 @@ func RunTCP(ctx context.Context, addr string, o *Options) (*Result, error) {
 
 const tcpReady = Prefix + " ready"
 
+// CheckTCP finds out whether a TCP sink (ServeTCP) accepts connections at
+// addr, without starting a test: it connects and closes at once, which the
+// sink takes silently. timeout bounds the connect (0: 10 s). It returns
+// the dial error (syscall.ECONNREFUSED when nothing listens there).
+func CheckTCP(ctx context.Context, addr string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 type tcpStream struct {
 	id  int
 	p   Params
@@ -200,7 +215,11 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	for id := 1; ; id++ {
+	// Connections are numbered as they make a request, so that a
+	// CheckTCP connection takes no number.
+	var ids atomic.Int64
+	nextID := func() int { return int(ids.Add(1)) }
+	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -216,8 +235,8 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 			defer c.Close()
 			unhook := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 			defer unhook()
-			info := serveTCPConn(c, id, onConn)
-			if onConn != nil && info.Event != "refused" {
+			info := serveTCPConn(c, nextID, onConn)
+			if onConn != nil && info.Event != "refused" && info.Event != "checked" {
 				info.Event = "ended"
 				onConn(info)
 			}
@@ -225,12 +244,17 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 	}
 }
 
-func serveTCPConn(c net.Conn, id int, onConn func(ConnInfo)) ConnInfo {
-	info := ConnInfo{ID: id, Transport: "tcp", Remote: c.RemoteAddr()}
+func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo {
+	info := ConnInfo{Transport: "tcp", Remote: c.RemoteAddr()}
 	br := bufio.NewReaderSize(c, 1<<16)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, err := br.ReadSlice('\n')
 	c.SetReadDeadline(time.Time{})
+	if err == io.EOF && len(line) == 0 {
+		info.Event = "checked" // CheckTCP: connected and closed, nothing to report
+		return info
+	}
+	info.ID = nextID()
 	if err != nil {
 		info.Err = fmt.Errorf("perf: tcp request: %w", err)
 		return info

@@ -134,6 +134,13 @@ func MapFile(f *os.File, n int64, writable bool) (*FileMapping, error) {
 	return &FileMapping{Data: b}, nil
 }
 
+// Lock locks the mapped pages into memory (mlock), so that they are never
+// paged out; it needs RLIMIT_MEMLOCK of at least len(Data), or
+// CAP_IPC_LOCK. Unmap releases the lock with the mapping.
+func (m *FileMapping) Lock() error {
+	return os.NewSyscallError("mlock", unix.Mlock(m.Data))
+}
+
 // Unmap releases the mapping. Data must not be touched afterwards.
 func (m *FileMapping) Unmap() error {
 	if m.Data == nil {

@@ -32,5 +32,8 @@ func MapFile(f *os.File, n int64, writable bool) (*FileMapping, error) {
 	return nil, errors.ErrUnsupported
 }
 
+// Lock is not supported on this system.
+func (m *FileMapping) Lock() error { return errors.ErrUnsupported }
+
 // Unmap is a no-op here.
 func (m *FileMapping) Unmap() error { return nil }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,20 @@ func TestInterop(t *testing.T) {
 			err = fmt.Errorf("guest rping -s rc %d (%v):\n%s", rc, werr, gout)
 		}
 		tb.add(t, c.name, err, detail)
+	}
+
+	// 3b. siw probe against Linux rping -s (persistent: one connection
+	// per question): its table must match what section 9 of the notes
+	// observed by hand.
+	{
+		st := g.run("timeout 60 rping -s -P -a 0.0.0.0 -p 7174 & P=$!; sleep 1; touch {{READY}}; wait $P")
+		err := st.ready(30 * time.Second)
+		detail := ""
+		if err == nil {
+			detail, err = probeLinux()
+		}
+		st.wait(70 * time.Second) // rping -s -P ends by timeout
+		tb.add(t, "siw probe -> Linux rping -s: the table", err, detail)
 	}
 
 	// 4. Reject by access rules: Linux rping reports REJECTED.
@@ -552,4 +567,42 @@ func sigtermUnderLinuxClient(g *guest) (string, error) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// probeLinux runs siw probe --json against the guest's rping -s and checks
+// each fact against what Linux siw 6.1 was seen to do: every fact known,
+// with the value observed on the wire.
+func probeLinux() (string, error) {
+	out, err := siw("probe", "--json", "--request-timeout-wait", "0", "--gap", "100ms", fmt.Sprintf("127.0.0.1:%d", fwdRping))
+	if err != nil {
+		return "", fmt.Errorf("siw probe: %v\n%s", err, out)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		return "", fmt.Errorf("siw probe --json: %v\n%s", err, out)
+	}
+	want := map[string]any{
+		"ulp": "accepts", "rev1": "accepted", "rev2": "accepted", "rev3": "refused", "enhanced": true,
+		"ird": 128.0, "ord": 128.0, "crc_when_requested": "on", "crc_when_not_requested": "off",
+		"markers": "refused", "markers_refusal": "reply_r_set", "p2p": true, "rtr_chosen": "write",
+		"max_private_data": 256.0,
+	}
+	var bad []string
+	var got []string
+	for k, v := range want {
+		var f struct {
+			Value any    `json:"value"`
+			From  string `json:"from"`
+		}
+		if err := json.Unmarshal(doc[k], &f); err != nil || f.Value != v {
+			bad = append(bad, fmt.Sprintf("%s = %v (from: %s), want %v", k, f.Value, f.From, v))
+		}
+		got = append(got, fmt.Sprintf("%s=%v", k, f.Value))
+	}
+	sort.Strings(got)
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return "", fmt.Errorf("probe table differs from Linux siw's observed behaviour:\n  %s\n%s", strings.Join(bad, "\n  "), out)
+	}
+	return strings.Join(got, " "), nil
 }
