@@ -99,6 +99,11 @@ func (qp *QP) guardRx(run func() error) (err error) {
 			if !ok {
 				panic(v)
 			}
+			// The fault cut a placement short: leave it, or a fence
+			// waiting for this engine would wait forever.
+			if mr := qp.rx.placing.Load(); mr != nil {
+				qp.rx.leavePlace(mr)
+			}
 			err = qp.memoryFault("receive", addr, re, true)
 		}
 	}()

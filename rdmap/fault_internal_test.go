@@ -66,6 +66,20 @@ func TestGuardFaults(t *testing.T) {
 			}
 			return qp.Err()
 		}},
+		{"rx-placing", func(qp *QP) error {
+			// A fault in the middle of a placement leaves the placement,
+			// so that a fence (Deregister) does not wait for it forever.
+			err := qp.guardRx(func() error {
+				if !qp.rx.enterPlace(mr, mr.st.Load()) {
+					t.Fatal("enterPlace refused a valid region")
+				}
+				return touch()
+			})
+			if n := mr.placers.Load(); n != 0 || qp.rx.placing.Load() != nil {
+				t.Errorf("rx-placing: %d placers left after the fault", n)
+			}
+			return err
+		}},
 		{"rx-efault", func(qp *QP) error {
 			return qp.guardRx(func() error { return os.NewSyscallError("readv", syscall.EFAULT) })
 		}},
@@ -84,7 +98,7 @@ func TestGuardFaults(t *testing.T) {
 		if !errors.Is(qp.Err(), ErrMemoryFault) {
 			t.Errorf("%s: QP error %v", c.name, qp.Err())
 		}
-		if c.name == "rx" || c.name == "tx" {
+		if c.name == "rx" || c.name == "rx-placing" || c.name == "tx" {
 			if lo, hi := sliceRange(mem); mf.Addr < lo || mf.Addr >= hi {
 				t.Errorf("%s: fault address %#x outside the mapping", c.name, mf.Addr)
 			}
