@@ -648,7 +648,8 @@ func (qp *QP) sweepLocked() bool {
 
 // PostSend posts a send work request. It fails at once for a malformed
 // request, a full SQ, an RFC 7306 operation on a QP without RFC7306, or
-// during a graceful disconnect; on a QP in ERROR it succeeds and the
+// during a graceful disconnect, or with ErrCQOverflow once the send CQ
+// has overrun (see CQ); on a QP in ERROR it succeeds otherwise and the
 // request completes at once with WCWRFlushErr. Local memory is checked
 // when the request is executed: a bad SGE completes it with
 // WCLocProtErr and puts the QP in error, as verbs do.
@@ -661,6 +662,10 @@ func (qp *QP) PostSend(wr SendWR) error {
 	case postRefuse:
 		qp.sqMu.Unlock()
 		return ErrQPState
+	}
+	if qp.scq.overran() {
+		qp.sqMu.Unlock()
+		return ErrCQOverflow
 	}
 	if qp.sqTail-qp.sqHead >= uint64(qp.cfg.MaxSendWR) {
 		qp.sqMu.Unlock()
@@ -762,8 +767,9 @@ func (qp *QP) validateSend(wr *SendWR) error {
 	return nil
 }
 
-// PostRecv posts a receive work request. On a QP in ERROR it succeeds
-// and the request completes at once with WCWRFlushErr.
+// PostRecv posts a receive work request. It fails with ErrCQOverflow
+// once the receive CQ has overrun (see CQ). On a QP in ERROR it succeeds
+// otherwise and the request completes at once with WCWRFlushErr.
 func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
@@ -777,6 +783,10 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		}
 	}
 	qp.rqMu.Lock()
+	if qp.rcq.overran() {
+		qp.rqMu.Unlock()
+		return ErrCQOverflow
+	}
 	if qp.rqTail-qp.rqHead >= uint64(qp.cfg.MaxRecvWR) {
 		qp.rqMu.Unlock()
 		return ErrQueueFull
