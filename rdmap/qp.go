@@ -430,6 +430,12 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 	return nil
 }
 
+// IRDORDLimits returns QPConfig.MaxIRD and MaxORD, the most Read (and
+// atomic) Requests the QP serves at once and issues at once
+// (cm.IRDORDLimiter): the connection manager negotiates within them, so
+// that the MPA Request and Reply never advertise more than Start keeps.
+func (qp *QP) IRDORDLimits() (maxIRD, maxORD int) { return qp.cfg.MaxIRD, qp.cfg.MaxORD }
+
 // Disconnect starts closing the connection and returns at once (cm.QP).
 // Graceful: work requests posted so far are sent first (new ones are
 // refused), then a FIN; the QP ends when the peer closes too (or after
