@@ -35,10 +35,12 @@
 // sent even if the memory changes meanwhile (txframe.go). The receive
 // goroutine (rx.go) owns the deframing, reassembly and placement state: it
 // reads the length and headers of an FPDU, validates them, then reads the
-// payload straight into the target memory, updating the CRC32c over the
-// placed bytes. No data moves through channels; the engines share only
-// the SQ, ORQ and IRQ rings under QP.sqMu. In steady state a work
-// request allocates nothing.
+// payload straight into the target memory; with CRC32c the payload goes
+// through its buffer instead, folded into the CRC there before it is
+// copied into the target, so that the CRC checks the bytes that arrived
+// even when the target changes meanwhile. No data moves through
+// channels; the engines share only the SQ, ORQ and IRQ rings under
+// QP.sqMu. In steady state a work request allocates nothing.
 //
 // Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
 //

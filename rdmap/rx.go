@@ -359,6 +359,29 @@ func (rx *rxEngine) readInto(d []byte) error {
 	return nil
 }
 
+// readIntoCRC is readInto under CRC: the payload goes through the buffer
+// and is folded into the CRC there, before it is copied into d, so that
+// the CRC checks the bytes that arrived even when d's memory changes
+// meanwhile (the application, or another connection placing into a
+// shared region); a check over d after placement would see those changes
+// as a CRC error and end the connection.
+func (rx *rxEngine) readIntoCRC(d []byte) error {
+	for len(d) > 0 {
+		if rx.r == rx.w {
+			if err := rx.fill(1); err != nil {
+				return unexpected(err)
+			}
+		}
+		src := rx.b[rx.r:min(rx.w, rx.r+len(d))]
+		rx.c = mpa.UpdateCRC(rx.c, src)
+		n := copy(d, src)
+		rx.r += n
+		d = d[n:]
+		rx.qp.stats.rxCopied.Add(uint64(n))
+	}
+	return nil
+}
+
 // readDirect reads d straight from the socket and, in the same readv, up
 // to lookahead bytes that follow (the trailer and the next header) into
 // the buffer, which readInto has drained: one syscall per large FPDU
@@ -444,18 +467,19 @@ func (rx *rxEngine) fpduDirect() (*termInfo, error) {
 	}
 	for i := range rx.nplan {
 		d := rx.plan[i]
-		if err := rx.readInto(d); err != nil {
-			return nil, err
-		}
 		if rx.crc {
-			rx.c = mpa.UpdateCRC(rx.c, d)
+			if err := rx.readIntoCRC(d); err != nil {
+				return nil, err
+			}
+		} else if err := rx.readInto(d); err != nil {
+			return nil, err
 		}
 		rx.plan[i] = nil
 	}
 	// Read the buffer one FPDU at a time only when the payload will go
 	// straight from the socket into memory (readInto's direct case);
 	// shorter payloads are copied through the buffer anyway, so read ahead.
-	rx.big = rx.plen >= directMin+bigSlack
+	rx.big = !rx.crc && rx.plen >= directMin+bigSlack
 	if ti, err := rx.trailer(ulen); ti != nil || err != nil {
 		return ti, err
 	}
