@@ -731,7 +731,9 @@ func TestQPLimits(t *testing.T) {
 	// Terminate for an insufficient IRD, though the policy's 128 would
 	// have taken it.
 	a, b := pipePair(t, true)
+	peerDone := make(chan struct{})
 	go func() {
+		defer close(peerDone)
 		buf := make([]byte, 600)
 		_, _ = b.Read(buf)
 		_, _ = b.Write(mustHex("4d504120494420526570204672616d65" + "10020004" + "00040003"))
@@ -747,11 +749,14 @@ func TestQPLimits(t *testing.T) {
 		t.Fatalf("Reply ORD 3 over MaxIRD 2: %v", err)
 	}
 	a.Close()
+	<-peerDone
 
 	// Responder: an initiator asking for ORD 16 gets the QP's IRD.
-	a, b = pipePair(t, true)
-	go func() { _, _ = a.Write(mustHex("4d504120494420526571204672616d65" + "10020004" + "00100010")) }()
-	r, err := ReadRequest(ctx, b, nil)
+	c, d := pipePair(t, true)
+	if _, err := c.Write(mustHex("4d504120494420526571204672616d65" + "10020004" + "00100010")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadRequest(ctx, d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
