@@ -20,7 +20,9 @@
 // come in SQ order; Sends, Writes and Local Invalidates complete when
 // written to the socket, Reads and atomics when their response has been
 // placed. Every work request completes exactly once: with success, an
-// error status, or WCWRFlushErr when the QP leaves RTS before it could.
+// error status, or WCWRFlushErr when the QP leaves RTS before it could;
+// a CQ that overruns fails with its QPs but keeps every completion (see
+// CQ).
 //
 // # Engines and concurrency
 //
