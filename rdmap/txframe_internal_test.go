@@ -161,3 +161,52 @@ func BenchmarkFramer(b *testing.B) {
 		_ = c
 	})
 }
+
+// TestFramerCopyBufferBound fills copy-mode batches with the largest
+// FPDUs, with and without markers, and checks that room keeps every batch
+// inside its pooled buffer (never a reallocation by append), that the
+// buffer goes back to the pool with each flush, and that the stream still
+// deframes.
+func TestFramerCopyBufferBound(t *testing.T) {
+	payload := make([]byte, 65535-14)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	hdr := make([]byte, 14)
+	for _, markers := range []bool{false, true} {
+		var f framer
+		f.init(make([]byte, 0, scratchSize), true, markers)
+		var out bytes.Buffer
+		const n = 40
+		flushes := 0
+		for range n {
+			if !f.room(len(hdr)+len(payload), 1) {
+				if _, err := f.flush(&out); err != nil {
+					t.Fatal(err)
+				}
+				flushes++
+				if f.buf != nil || f.lin != nil {
+					t.Fatal("batch buffer kept after a flush")
+				}
+			}
+			f.begin(hdr, len(hdr)+len(payload))
+			f.payload(payload)
+			f.end()
+			if cap(f.lin) != sendBufSize || &f.lin[0] != &(*f.buf)[0] {
+				t.Fatalf("markers %v: the batch left its buffer (cap %d)", markers, cap(f.lin))
+			}
+		}
+		if _, err := f.flush(&out); err != nil {
+			t.Fatal(err)
+		}
+		if flushes == 0 {
+			t.Fatal("no batch was full")
+		}
+		df := mpa.NewDeframer(bytes.NewReader(out.Bytes()), mpa.DeframerConfig{CRC: true, Markers: markers})
+		for i := range n {
+			if _, err := df.Next(); err != nil {
+				t.Fatalf("markers %v: FPDU %d: %v", markers, i, err)
+			}
+		}
+	}
+}
