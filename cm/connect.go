@@ -21,7 +21,9 @@ import (
 // the connection, and Established follows), or a failure status with the
 // ID back in StateIdle. Connect returns at once; it is allowed only on a
 // fresh ID in StateIdle, and checks p (QP present, IRD/ORD and private
-// data within the limits) before anything is sent.
+// data within the limits) before anything is sent. IRD and ORD above the
+// QP's own limits (IRDORDLimiter) are lowered to them, and the Reply's
+// relaxed negotiation stays within them.
 //
 // In P2P mode the initiator's first FPDU is the negotiated RTR, which the
 // QP sends (mpa.Params.P2P, RTR, FirstSendDelay): a zero-length RDMA Write
@@ -44,10 +46,13 @@ func (id *ID) connect(ctx context.Context, raddr string, p ConnParam) error {
 	if cfg.MPA.TerminateLayoutSiw {
 		layout = rdmap.LayoutSiw
 	}
+	maxIRD, maxORD, ird, ord := qpLimits(p.QP, p.IRD, p.ORD)
 	ini := &mpa.Initiator{
 		Policy:      &cfg.MPA,
-		IRD:         p.IRD,
-		ORD:         p.ORD,
+		IRD:         ird,
+		ORD:         ord,
+		MaxIRD:      maxIRD,
+		MaxORD:      maxORD,
 		PrivateData: bytes.Clone(p.PrivateData),
 		Terminate: func(b []byte, code mpa.TermCode) []byte {
 			return AppendLLPTerminate(b, code, layout)

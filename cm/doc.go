@@ -105,7 +105,9 @@
 // the listener's. Revision 2 with the RFC 6581 block is sent by default;
 // a responder answers revision 1 with revision 1, revision 2 without H
 // without the block, and closes on any other revision. IRD/ORD follow
-// RFC 6581 with siw's relaxed negotiation; P2P is echoed and the RTR chosen
+// RFC 6581 with siw's relaxed negotiation, within the policy's limits and
+// the QP's own (IRDORDLimiter), so that neither the Request nor the Reply
+// advertises more than the QP serves; P2P is echoed and the RTR chosen
 // Write, then Read, then Send. A responder's request limits: a Request
 // whose PD_Length exceeds MPA.MaxPrivateData is dropped without a word, as
 // siw does; toward siw, set MPA.MaxPrivateData to mpa.SiwMaxPrivateData.

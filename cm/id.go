@@ -20,7 +20,9 @@ type ConnParam struct {
 	QP QP
 	// IRD is how many incoming RDMA Read Requests this side serves at
 	// once, ORD how many it may have outstanding; negotiated with the peer
-	// (RFC 6581), each at most the Config's MPA.MaxIRD/MaxORD.
+	// (RFC 6581), each at most the Config's MPA.MaxIRD/MaxORD. Values
+	// above the QP's own limits (IRDORDLimiter, as rdmap.QPConfig.MaxIRD
+	// and MaxORD) are lowered to them before anything is advertised.
 	IRD, ORD int
 	// PrivateData goes to the peer in the Request or Reply; copied before
 	// Connect or Accept returns.

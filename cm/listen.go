@@ -322,7 +322,10 @@ func rejectAndClose(resp *mpa.Responder, c net.Conn, cfg *Config) {
 }
 
 // Accept accepts a request (iw_cm_accept): it sends the MPA Reply (the
-// revision RFC 6581 requires, IRD/ORD negotiated with siw's relaxed rules,
+// revision RFC 6581 requires, IRD/ORD negotiated with siw's relaxed rules
+// within the Config's limits and the QP's own (IRDORDLimiter: p.IRD and
+// p.ORD above them are lowered, and the IRD the Reply advertises never
+// exceeds what the QP serves),
 // P2P echoed, the RTR type chosen from the offer), starts p.QP on the
 // connection, and queues Established (delivered after the handler
 // returns, if Accept is called from inside it, else possibly before Accept
@@ -345,6 +348,9 @@ func (id *ID) Accept(p ConnParam) error {
 		id.mu.Unlock()
 		return ErrNoQP
 	}
+	maxIRD, maxORD, ird, ord := qpLimits(p.QP, p.IRD, p.ORD)
+	p.IRD, p.ORD = ird, ord
+	id.resp.SetLimits(maxIRD, maxORD)
 	if _, _, err := id.resp.Negotiate(p.IRD, p.ORD, p.PrivateData); err != nil {
 		id.mu.Unlock()
 		return fmt.Errorf("cm: accept: %w", err)

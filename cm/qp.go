@@ -31,3 +31,30 @@ type QP interface {
 	Done() <-chan struct{}
 	Err() error
 }
+
+// IRDORDLimiter is implemented by a QP that enforces IRD and ORD limits of
+// its own (rdmap.QP: QPConfig.MaxIRD and MaxORD). Connect and Accept then
+// lower ConnParam.IRD and ORD to those limits and negotiate within them,
+// so the MPA Request and Reply advertise only what the QP serves: a peer
+// that uses the whole advertised IRD is answered, not terminated. A limit
+// of 0 or less means none of the QP's own.
+type IRDORDLimiter interface {
+	IRDORDLimits() (maxIRD, maxORD int)
+}
+
+// qpLimits returns the IRD and ORD limits of qp, 0 for none, and p's IRD
+// and ORD lowered to them.
+func qpLimits(qp QP, ird, ord int) (maxIRD, maxORD, clampedIRD, clampedORD int) {
+	l, ok := qp.(IRDORDLimiter)
+	if !ok {
+		return 0, 0, ird, ord
+	}
+	maxIRD, maxORD = l.IRDORDLimits()
+	if maxIRD > 0 {
+		ird = min(ird, maxIRD)
+	}
+	if maxORD > 0 {
+		ord = min(ord, maxORD)
+	}
+	return maxIRD, maxORD, ird, ord
+}

@@ -253,6 +253,12 @@ type Initiator struct {
 	// IRD and ORD are what this side asks for (sent in the RFC 6581 block
 	// in revision 2). In P2P mode an ORD of 0 is sent as 1, as siw does.
 	IRD, ORD int
+	// MaxIRD and MaxORD, when positive, lower the Policy's MaxIRD and
+	// MaxORD for this handshake: what the QP that takes the connection
+	// enforces. IRD and ORD must fit them, and the IRD a Reply may raise
+	// (relaxed negotiation) stays within MaxIRD, so that the Params never
+	// settle more than the QP serves.
+	MaxIRD, MaxORD int
 	// PrivateData is the ULP private data for the Request.
 	PrivateData []byte
 	// Terminate, if set, appends to b the ULPDU of an LLP Terminate with
@@ -286,11 +292,29 @@ type Result struct {
 // Request returns the Request frame the initiator sends, after checking
 // IRD, ORD and private data against the policy. It does no I/O.
 func (h *Initiator) Request() (Frame, error) {
-	p, err := h.Policy.Resolve()
+	p, err := h.policy()
 	if err != nil {
 		return Frame{}, err
 	}
 	return h.request(&p)
+}
+
+// policy resolves the Policy and applies MaxIRD and MaxORD.
+func (h *Initiator) policy() (Policy, error) {
+	p, err := h.Policy.Resolve()
+	if err != nil {
+		return p, err
+	}
+	p.MaxIRD, p.MaxORD = lowerLimit(p.MaxIRD, h.MaxIRD), lowerLimit(p.MaxORD, h.MaxORD)
+	return p, nil
+}
+
+// lowerLimit returns limit lowered to lim when lim is positive.
+func lowerLimit(limit, lim int) int {
+	if lim > 0 {
+		return min(limit, lim)
+	}
+	return limit
 }
 
 func (h *Initiator) request(p *Policy) (Frame, error) {
@@ -326,7 +350,7 @@ func (h *Initiator) request(p *Policy) (Frame, error) {
 // sent to the peer. It never closes conn. On success the connection's
 // deadlines are cleared and nothing past the Reply has been read.
 func (h *Initiator) Handshake(ctx context.Context, conn net.Conn) (*Result, error) {
-	p, err := h.Policy.Resolve()
+	p, err := h.policy()
 	if err != nil {
 		return nil, err
 	}
@@ -458,10 +482,11 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 // answering it. Make one with ReadRequest; answer with Accept or Reject,
 // once. A Responder must be used from one goroutine at a time.
 type Responder struct {
-	conn     net.Conn
-	p        Policy
-	req      Frame
-	answered bool
+	conn           net.Conn
+	p              Policy
+	req            Frame
+	answered       bool
+	limIRD, limORD int // SetLimits; 0: the policy's
 }
 
 // ReadRequest runs the first part of the responder's half on conn: read
@@ -542,15 +567,27 @@ func (r *Responder) Request() Frame { return r.req }
 // Policy returns the resolved policy the Responder applies.
 func (r *Responder) Policy() Policy { return r.p }
 
+// SetLimits lowers, for the answer, the Policy's MaxIRD and MaxORD to
+// maxIRD and maxORD: what the QP that takes the connection enforces. A
+// value of 0 or less keeps the policy's limit. Each call replaces the
+// limits of the previous one (for an Accept retried with another QP).
+// Negotiate and Accept then take ird and ord within these limits, and the
+// IRD the Reply advertises (raised to the initiator's ORD by the relaxed
+// negotiation) never exceeds maxIRD.
+func (r *Responder) SetLimits(maxIRD, maxORD int) { r.limIRD, r.limORD = maxIRD, maxORD }
+
 // Negotiate computes the Reply that accepts the Request with this side's
 // ird, ord and private data, and the Params that follow, without I/O. As
 // Linux siw with relaxed_ird_negotiation (siw_accept): the Reply's ORD is
 // lowered to the initiator's IRD and its IRD raised to the initiator's
 // ORD, each first capped by the policy limits; P2P is echoed and the RTR
 // chosen from the offer (Write, then Read, then Send), else the first this
-// side accepts is proposed.
+// side accepts is proposed. The limits are the policy's, lowered by
+// SetLimits.
 func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
-	p := &r.p
+	pol := r.p
+	pol.MaxIRD, pol.MaxORD = lowerLimit(pol.MaxIRD, r.limIRD), lowerLimit(pol.MaxORD, r.limORD)
+	p := &pol
 	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
 		return Frame{}, Params{}, fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
 	}

@@ -722,3 +722,62 @@ func TestFirstSendDelayStretchesForSlowPeers(t *testing.T) {
 		t.Errorf("negative delay: %v", got)
 	}
 }
+
+// TestQPLimits: Initiator.MaxIRD/MaxORD and Responder.SetLimits lower the
+// policy's limits for one handshake, and the IRD that relaxed negotiation
+// would raise stays within them (what the QP behind the handshake serves).
+func TestQPLimits(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	// Initiator: the Request carries at most MaxIRD.
+	if _, err := (&Initiator{IRD: 16, ORD: 4, MaxIRD: 2}).Request(); !errors.Is(err, ErrIRDORDLimit) {
+		t.Fatalf("IRD over MaxIRD: %v", err)
+	}
+	f, err := (&Initiator{IRD: 2, ORD: 4, MaxIRD: 2, MaxORD: 4}).Request()
+	if err != nil || f.IRD != 2 || f.ORD != 4 {
+		t.Fatalf("Request %+v, %v", f, err)
+	}
+	// A Reply whose ORD is above the initiator's IRD and MaxIRD gets the
+	// Terminate for an insufficient IRD, though the policy's 128 would
+	// have taken it.
+	a, b := pipePair(t, true)
+	peerDone := make(chan struct{})
+	go func() {
+		defer close(peerDone)
+		buf := make([]byte, 600)
+		_, _ = b.Read(buf)
+		_, _ = b.Write(mustHex("4d504120494420526570204672616d65" + "10020004" + "00040003"))
+		_ = b.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, b)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	term := func(b []byte, c TermCode) []byte { return append(b, 'T', byte(c)) }
+	_, err = (&Initiator{IRD: 2, ORD: 4, MaxIRD: 2, Terminate: term}).Handshake(ctx, a)
+	var hs *HandshakeError
+	if !errors.As(err, &hs) || hs.Code != TermInsufficientIRD {
+		t.Fatalf("Reply ORD 3 over MaxIRD 2: %v", err)
+	}
+	a.Close()
+	<-peerDone
+
+	// Responder: an initiator asking for ORD 16 gets the QP's IRD.
+	c, d := pipePair(t, true)
+	if _, err := c.Write(mustHex("4d504120494420526571204672616d65" + "10020004" + "00100010")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadRequest(ctx, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, _, _ := r.Negotiate(2, 4, nil); rep.IRD != 16 {
+		t.Fatalf("without limits the relaxed negotiation raises IRD 2 to the initiator's ORD: %d", rep.IRD)
+	}
+	r.SetLimits(2, 4)
+	if _, _, err := r.Negotiate(3, 4, nil); !errors.Is(err, ErrIRDORDLimit) {
+		t.Fatalf("IRD over the limit: %v", err)
+	}
+	rep, params, err := r.Negotiate(2, 4, nil)
+	if err != nil || rep.IRD != 2 || rep.ORD != 4 || params.IRD != 2 || params.ORD != 4 {
+		t.Fatalf("Reply %+v, params IRD %d ORD %d, %v", rep, params.IRD, params.ORD, err)
+	}
+}

@@ -2,10 +2,12 @@ package rdmap_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -181,6 +183,10 @@ func TestGracefulDisconnect(t *testing.T) {
 	}
 }
 
+// TestCQOverflow: a CQ whose ring overruns fails (Err, the QP in ERROR,
+// the peer told with a Terminate) but loses no completion: every WR
+// completes exactly once, in SQ order, the ring first and then the
+// overflow list; posting to the overrun CQ is refused.
 func TestCQOverflow(t *testing.T) {
 	dev := newDevice(t)
 	pd := dev.AllocPD()
@@ -204,17 +210,196 @@ func TestCQOverflow(t *testing.T) {
 		mustPost(t, qp.PostSend(rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(0, 8)}, Signaled: true}))
 	}
 	rdmaptest.WaitDone(t, qp, 10*time.Second)
-	if !errors.Is(qp.Err(), rdmap.ErrCQOverflow) || cq.Err() != rdmap.ErrCQOverflow || cq.Dropped() == 0 {
+	if !errors.Is(qp.Err(), rdmap.ErrCQOverflow) || cq.Err() != rdmap.ErrCQOverflow || cq.Dropped() != 0 {
 		t.Fatalf("Err %v, CQ err %v, dropped %d", qp.Err(), cq.Err(), cq.Dropped())
 	}
-	if cq.Len() != 4 {
-		t.Fatalf("CQ holds %d", cq.Len())
+	if cq.Len() != 8 {
+		t.Fatalf("CQ holds %d, want all 8", cq.Len())
+	}
+	// Nothing more may complete into the overrun CQ.
+	if err := qp.PostSend(rdmap.SendWR{ID: 100, Op: rdmap.WRSend}); err != rdmap.ErrCQOverflow {
+		t.Fatalf("PostSend after the overrun: %v", err)
+	}
+	if err := qp.PostRecv(rdmap.RecvWR{ID: 101}); err != rdmap.ErrCQOverflow {
+		t.Fatalf("PostRecv after the overrun: %v", err)
+	}
+	if _, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq}); err != rdmap.ErrCQOverflow {
+		t.Fatalf("CreateQP on the overrun CQ: %v", err)
+	}
+	// Polled a few at a time (ring, then list), each WR once, in order.
+	var wcs [3]rdmap.WC
+	next := uint64(0)
+	for {
+		n := cq.Poll(wcs[:])
+		if n == 0 {
+			break
+		}
+		for _, wc := range wcs[:n] {
+			if wc.ID != next || wc.Op != rdmap.WCSend || (wc.Status != rdmap.WCSuccess && wc.Status != rdmap.WCWRFlushErr) {
+				t.Fatalf("completion %+v, want WR %d", wc, next)
+			}
+			next++
+		}
+	}
+	if next != 8 || cq.Len() != 0 {
+		t.Fatalf("%d completions, %d left", next, cq.Len())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cq.Wait(ctx); err != rdmap.ErrCQOverflow {
+		t.Fatalf("Wait on the empty overrun CQ: %v", err)
 	}
 	// The peer got a Terminate: RDMAP, local catastrophic.
 	rdmaptest.WaitDone(t, b.qp, 10*time.Second)
 	var te *rdmap.TerminateError
 	if !errors.As(b.qp.Err(), &te) || !te.Remote || te.Layer != rdmap.LayerRDMAP || te.EType != rdmap.ETypeLocalCatastrophic {
 		t.Fatalf("peer Err %v", b.qp.Err())
+	}
+}
+
+// TestCQOverflowExactlyOnce overruns a small CQ shared by two QPs (one on
+// an SRQ) under a mixed load of Sends, Writes, Reads and receives, and
+// checks that every work request a Post call accepted completes exactly
+// once, that none is dropped, and that posting stops at the overrun.
+func TestCQOverflowExactlyOnce(t *testing.T) {
+	for _, ring := range []int{1, 16, 100} {
+		t.Run(fmt.Sprint("ring=", ring), func(t *testing.T) {
+			dev := newDevice(t)
+			pd := dev.AllocPD()
+			cq, err := dev.CreateCQ(ring)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srq, err := pd.CreateSRQ(&rdmap.SRQConfig{MaxWR: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srq.Close() })
+			cfgs := []rdmap.QPConfig{
+				{SendCQ: cq, RecvCQ: cq, MaxSendWR: 64, MaxRecvWR: 64, SignalAll: true},
+				{SendCQ: cq, RecvCQ: cq, MaxSendWR: 64, SRQ: srq, SignalAll: true},
+			}
+			src, _ := pd.RegisterMemory(make([]byte, 4096), rdmap.AccessLocalWrite)
+			defer src.Deregister()
+			// Each engine places into its own memory (one goroutine each).
+			reg := func(n int) *rdmap.MR {
+				mr, err := pd.RegisterMemory(make([]byte, n), rdmap.AccessLocalWrite)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { mr.Deregister() })
+				return mr
+			}
+			sinks := []*rdmap.MR{reg(4096), reg(4096)}
+			accepted := 0
+			var qps []*rdmap.QP
+			var peers []*side
+			for _, cfg := range cfgs {
+				qp, err := pd.CreateQP(&cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				peer := newSide(t, newDevice(t), rdmap.QPConfig{MaxSendWR: 64, MaxRecvWR: 64})
+				rdmaptest.Connect(t, qp, peer.qp, nil)
+				qps, peers = append(qps, qp), append(peers, peer)
+			}
+			for _, p := range peers {
+				rb := p.reg(t, make([]byte, 4096), accAll)
+				for i := range 64 {
+					mustPost(t, p.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{rb.SGE(0, 4096)}}))
+				}
+				// The peer sends too, into the receives of the CQ's QPs.
+				sb := p.reg(t, make([]byte, 512), 0)
+				for i := range 16 {
+					_ = p.qp.PostSend(rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{sb.SGE(0, 512)}})
+				}
+			}
+			// Receives: each accepted one must complete.
+			id := uint64(0)
+			rbuf, sbuf := reg(4096), reg(4096)
+			for i := range 32 {
+				if err := qps[0].PostRecv(rdmap.RecvWR{ID: id, SGL: []rdmap.SGE{rbuf.SGE(0, 4096)}}); err == nil {
+					accepted++
+				} else if err != rdmap.ErrCQOverflow {
+					t.Fatalf("PostRecv %d: %v", i, err)
+				}
+				id++
+				mustPost(t, srq.PostRecv(rdmap.RecvWR{ID: 1 << 40, SGL: []rdmap.SGE{sbuf.SGE(0, 4096)}}))
+			}
+			// Writes and Reads use different peer memory (the peer's receive
+			// engine places Writes while its send engine reads for Reads).
+			wremote, rremote := make([]*rdmap.MR, len(peers)), make([]*rdmap.MR, len(peers))
+			for i, p := range peers {
+				wremote[i] = p.reg(t, make([]byte, 4096), accAll)
+				rremote[i] = p.reg(t, make([]byte, 4096), accAll)
+			}
+			// Sends, Writes and Reads on both QPs until the overrun stops them.
+			stopped := 0
+			for i := 0; stopped < len(qps) && i < 10000; i++ {
+				k := i % len(qps)
+				var wr rdmap.SendWR
+				switch i % 3 {
+				case 0:
+					wr = rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(0, 256)}}
+				case 1:
+					wr = rdmap.SendWR{Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(0, 4096)}, Remote: rdmap.Remote{STag: wremote[k].STag()}}
+				case 2:
+					wr = rdmap.SendWR{Op: rdmap.WRRead, SGL: []rdmap.SGE{sinks[k].SGE(0, 4096)}, Remote: rdmap.Remote{STag: rremote[k].STag()}}
+				}
+				wr.ID = id
+				id++
+				switch err := qps[k].PostSend(wr); err {
+				case nil:
+					accepted++
+				case rdmap.ErrQueueFull:
+					// Wait for the engine (or the overrun) to make room.
+					runtime.Gosched()
+				case rdmap.ErrCQOverflow:
+					stopped++
+				default:
+					t.Fatalf("PostSend: %v", err)
+				}
+			}
+			for _, qp := range qps {
+				rdmaptest.WaitDone(t, qp, 20*time.Second)
+				if !errors.Is(qp.Err(), rdmap.ErrCQOverflow) {
+					t.Fatalf("QP Err %v", qp.Err())
+				}
+			}
+			if cq.Err() != rdmap.ErrCQOverflow || cq.Dropped() != 0 {
+				t.Fatalf("CQ err %v, dropped %d", cq.Err(), cq.Dropped())
+			}
+			// Every accepted WR exactly once; SRQ receives the QP took too.
+			wcs := make([]rdmap.WC, 64)
+			seen := map[uint64]bool{}
+			srqDone := 0
+			for {
+				n := cq.Poll(wcs)
+				if n == 0 {
+					break
+				}
+				for _, wc := range wcs[:n] {
+					if wc.Status != rdmap.WCSuccess && wc.Status != rdmap.WCWRFlushErr {
+						t.Fatalf("completion %+v", wc)
+					}
+					if wc.ID == 1<<40 {
+						srqDone++
+						continue
+					}
+					if seen[wc.ID] {
+						t.Fatalf("WR %d completed twice", wc.ID)
+					}
+					seen[wc.ID] = true
+				}
+			}
+			if len(seen) != accepted {
+				t.Fatalf("%d of %d accepted work requests completed", len(seen), accepted)
+			}
+			if srqDone+srq.Len() != 32 {
+				t.Fatalf("SRQ: %d completed, %d left, of 32", srqDone, srq.Len())
+			}
+			t.Logf("ring %d: %d work requests, %d SRQ receives completed", ring, accepted, srqDone)
+		})
 	}
 }
 

@@ -5,11 +5,32 @@ import (
 	"sync"
 )
 
-// CQ is a completion queue. A full CQ that has to take one more
-// completion overflows: the completion is lost, the CQ reports
-// ErrCQOverflow, and every QP using it goes to ERROR (as a verbs CQ error
-// does). Size CQs for the work requests that may complete at once. A CQ
-// is safe for concurrent use.
+// CQ is a completion queue. A CQ is safe for concurrent use.
+//
+// Overrun (the verbs CQ error, IBV_EVENT_CQ_ERR): when a completion
+// finds the ring full, the CQ has overrun. That is an error of the CQ and
+// of the QPs using it, but no completion is lost, so that every work
+// request a Post call accepted still completes exactly once:
+//   - Err reports ErrCQOverflow from then on (sticky), and every QP that
+//     completes into the CQ goes to ERROR (QP.Err wraps ErrCQOverflow;
+//     the peer gets an RDMAP local catastrophic Terminate) and flushes
+//     its outstanding work requests;
+//   - the completions that did not fit, and the flushes, wait in an
+//     overflow list behind the ring, in the order they were generated;
+//     Poll returns the ring first and then the list, so the order of the
+//     CQ is the order of generation; Len counts both;
+//   - PostSend, PostRecv (and the flush-on-post of a QP in ERROR) refuse
+//     work requests whose completion would go to an overrun CQ with
+//     ErrCQOverflow, and CreateQP refuses an overrun CQ: no completion is
+//     generated after the overrun but those of work requests already
+//     posted, so the list is bounded by the work queue depths of the QPs
+//     attached at the overrun (MaxSendWR + MaxRecvWR each, or one receive
+//     in progress for a QP on an SRQ, plus one post per queue that raced
+//     the overrun). Dropped counts completions beyond that bound, which
+//     is always 0 unless that accounting is wrong.
+//
+// Size CQs for the work requests that may complete at once; an overrun
+// ends every QP that uses the CQ.
 //
 // Lock order: a QP's queue locks are taken before CQ.mu.
 type CQ struct {
@@ -18,14 +39,19 @@ type CQ struct {
 	mu       sync.Mutex
 	ring     []WC   // +checklocks:mu
 	head, n  int    // +checklocks:mu
-	overflow bool   // +checklocks:mu
+	ovf      []WC   // completions behind the ring, after an overrun; +checklocks:mu
+	ovfHead  int    // next of ovf to poll; +checklocks:mu
+	ovfCap   int    // the bound of ovf, set at the overrun; +checklocks:mu
+	overflow bool   // the CQ has overrun; +checklocks:mu
 	dropped  uint64 // +checklocks:mu
 	users    []*QP  // QPs that complete into this CQ; +checklocks:mu
 	closed   bool   // +checklocks:mu
 	notify   chan struct{}
 }
 
-// CreateCQ returns a completion queue with room for n completions.
+// CreateCQ returns a completion queue with room for n completions in its
+// ring. A completion that finds the ring full overruns the CQ: see CQ for
+// what follows (the CQ and its QPs fail, no completion is lost).
 func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n <= 0 {
 		return nil, ErrConfig
@@ -33,17 +59,18 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	return &CQ{dev: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}, nil
 }
 
-// Cap returns the CQ's capacity; Len the completions waiting.
+// Cap returns the capacity of the CQ's ring.
 func (cq *CQ) Cap() int { return len(cq.ring) }
 
-// Len returns the number of completions waiting to be polled.
+// Len returns the number of completions waiting to be polled, those in
+// the overflow list after an overrun included.
 func (cq *CQ) Len() int {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	return cq.n
+	return cq.n + len(cq.ovf) - cq.ovfHead
 }
 
-// Err returns ErrCQOverflow once the CQ has overflowed.
+// Err returns ErrCQOverflow once the CQ has overrun.
 func (cq *CQ) Err() error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
@@ -53,15 +80,16 @@ func (cq *CQ) Err() error {
 	return nil
 }
 
-// Dropped returns how many completions an overflow lost.
+// Dropped returns how many completions were lost: those beyond the bound
+// of the overflow list (see CQ), which the posting rules keep at 0.
 func (cq *CQ) Dropped() uint64 {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	return cq.dropped
 }
 
-// Poll moves up to len(wcs) completions into wcs and returns how many. It
-// never blocks.
+// Poll moves up to len(wcs) completions into wcs, oldest first, and
+// returns how many. It never blocks.
 func (cq *CQ) Poll(wcs []WC) int {
 	cq.mu.Lock()
 	k := 0
@@ -74,17 +102,26 @@ func (cq *CQ) Poll(wcs []WC) int {
 		cq.n--
 		k++
 	}
+	for k < len(wcs) && cq.ovfHead < len(cq.ovf) {
+		wcs[k] = cq.ovf[cq.ovfHead]
+		cq.ovf[cq.ovfHead] = WC{}
+		cq.ovfHead++
+		k++
+	}
+	if cq.ovfHead > 0 && cq.ovfHead == len(cq.ovf) {
+		cq.ovf, cq.ovfHead = cq.ovf[:0], 0
+	}
 	cq.mu.Unlock()
 	return k
 }
 
 // Wait blocks until a completion is waiting or ctx is done. It returns
-// ErrCQOverflow if the CQ overflowed and is empty, ErrClosed if it is
-// closed and empty.
+// ErrCQOverflow if the CQ overran and is empty, ErrClosed if it is closed
+// and empty.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
-		n, ovf, closed := cq.n, cq.overflow, cq.closed
+		n, ovf, closed := cq.n+len(cq.ovf)-cq.ovfHead, cq.overflow, cq.closed
 		cq.mu.Unlock()
 		if n > 0 {
 			// Pass the wake-up on, in case another waiter slept.
@@ -108,18 +145,23 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	}
 }
 
-// push appends a completion. It reports false when the CQ is full (the
-// completion is lost and the CQ has overflowed).
+// push appends a completion. It reports false when the CQ has overrun
+// (the completion is kept behind the ring; the caller must fail the
+// CQ's QPs with overflowed).
 func (cq *CQ) push(wc *WC) bool {
 	cq.mu.Lock()
-	if cq.n == len(cq.ring) || cq.overflow {
-		first := !cq.overflow
-		cq.overflow = true
-		cq.dropped++
-		cq.mu.Unlock()
-		if first {
-			cq.wake()
+	if cq.n == len(cq.ring) || cq.ovfHead < len(cq.ovf) {
+		if !cq.overflow {
+			cq.overflow = true
+			cq.ovfCap = cq.overflowBoundLocked()
 		}
+		if len(cq.ovf)-cq.ovfHead < cq.ovfCap {
+			cq.ovf = append(cq.ovf, *wc)
+		} else {
+			cq.dropped++
+		}
+		cq.mu.Unlock()
+		cq.wake()
 		return false
 	}
 	i := cq.head + cq.n
@@ -128,9 +170,33 @@ func (cq *CQ) push(wc *WC) bool {
 	}
 	cq.ring[i] = *wc
 	cq.n++
+	ok := !cq.overflow
 	cq.mu.Unlock()
 	cq.wake()
-	return true
+	return ok
+}
+
+// overflowBoundLocked is the most completions the QPs attached now can
+// still generate once posting is refused: every work request they hold,
+// plus one per queue for a post that raced the overrun.
+func (cq *CQ) overflowBoundLocked() int {
+	b := 0
+	for _, qp := range cq.users {
+		b += qp.cfg.MaxSendWR + 1
+		if qp.srq != nil {
+			b += 2 // the receive in progress, and one completing
+		} else {
+			b += qp.cfg.MaxRecvWR + 1
+		}
+	}
+	return b + 1 // the completion that overran
+}
+
+// overran reports whether the CQ has overrun (posting to it is refused).
+func (cq *CQ) overran() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.overflow
 }
 
 func (cq *CQ) wake() {
@@ -157,6 +223,9 @@ func (cq *CQ) attach(qp *QP) error {
 	defer cq.mu.Unlock()
 	if cq.closed {
 		return ErrClosed
+	}
+	if cq.overflow {
+		return ErrCQOverflow
 	}
 	for _, u := range cq.users {
 		if u == qp {

@@ -20,21 +20,29 @@
 // come in SQ order; Sends, Writes and Local Invalidates complete when
 // written to the socket, Reads and atomics when their response has been
 // placed. Every work request completes exactly once: with success, an
-// error status, or WCWRFlushErr when the QP leaves RTS before it could.
+// error status, or WCWRFlushErr when the QP leaves RTS before it could;
+// a CQ that overruns fails with its QPs but keeps every completion (see
+// CQ).
 //
 // # Engines and concurrency
 //
 // Each started QP runs two goroutines. The send goroutine (tx.go) owns
 // the framer, the SQ cursor and the outgoing Read and Atomic Responses:
 // it cuts messages into DDP segments no larger than the MULPDU (from the
-// connection's TCP_MAXSEG, as siw does), frames each as an FPDU whose
-// payload is a slice of registered memory, and writes many FPDUs with one
-// writev (net.Buffers over reused arrays). The receive goroutine (rx.go)
-// owns the deframing, reassembly and placement state: it reads the length
-// and headers of an FPDU, validates them, then reads the payload straight
-// into the target memory, updating the CRC32c over the placed bytes. No
-// data moves through channels; the engines share only the SQ, ORQ and IRQ
-// rings under QP.sqMu. In steady state a work request allocates nothing.
+// connection's TCP_MAXSEG, as siw does), frames each as an FPDU and
+// writes many FPDUs at once. Without CRC32c the payload is a slice of
+// registered memory and a batch is one writev (net.Buffers over reused
+// arrays); with CRC32c the payload is copied into a pooled batch buffer
+// and the CRC computed over the copy, so that it covers exactly the bytes
+// sent even if the memory changes meanwhile (txframe.go). The receive
+// goroutine (rx.go) owns the deframing, reassembly and placement state: it
+// reads the length and headers of an FPDU, validates them, then reads the
+// payload straight into the target memory; with CRC32c the payload goes
+// through its buffer instead, folded into the CRC there before it is
+// copied into the target, so that the CRC checks the bytes that arrived
+// even when the target changes meanwhile. No data moves through
+// channels; the engines share only the SQ, ORQ and IRQ rings under
+// QP.sqMu. In steady state a work request allocates nothing.
 //
 // Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
 //

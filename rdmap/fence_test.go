@@ -86,7 +86,7 @@ func newFence(t *testing.T, kind, path string, alloc bool) *fenceSetup {
 	case "readresp":
 		mustPost(t, f.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRRead, SGL: []rdmap.SGE{f.mr.SGE(0, fencePlen)}, Remote: rdmap.Remote{STag: 0x4400, Offset: 0}, Signaled: true}))
 	}
-	f.p = rdmaptest.NewRawPeer(t, f.qp, &rdmaptest.Options{Pipe: path == "pipe"}, false)
+	f.p = rdmaptest.NewRawPeer(t, f.qp, &rdmaptest.Options{Pipe: path == "pipe", CRC: path == "crc"}, false)
 	if kind != "readresp" {
 		f.p.Write(0x100, 0, nil, true) // a first FPDU: the victim's send engine may run
 	}
@@ -110,9 +110,14 @@ func newFence(t *testing.T, kind, path string, alloc bool) *fenceSetup {
 	cut := 2 + len(hdr) + fenceFirst
 	writeAll(f.p, fpdu[:cut])
 	f.rest = fpdu[cut:]
-	if path != "buffered" {
+	switch path {
+	case "direct", "pipe":
 		// Wait until the engine reads the payload straight into memory.
 		waitFor(t, "direct placement", func() bool { return f.qp.Stats().RxPlacedDirect > 0 })
+	case "crc":
+		// With CRC the payload is checked in the buffer, then copied
+		// in: wait until the first bytes were placed.
+		waitFor(t, "placement", func() bool { return f.qp.Stats().RxPlacedCopied >= fenceFirst })
 	}
 	return f
 }
@@ -153,7 +158,7 @@ func (f *fenceSetup) trickle() *sync.WaitGroup {
 }
 
 func TestMemoryFence(t *testing.T) {
-	for _, path := range []string{"direct", "buffered", "pipe"} {
+	for _, path := range []string{"direct", "buffered", "pipe", "crc"} {
 		for _, kind := range []string{"write", "send", "srq", "readresp"} {
 			for _, trig := range []string{"deregister", "invalidate", "invalidate-rekey", "local-invalidate", "send-invalidate", "qp-close", "device-close", "deregister-free"} {
 				if trig == "local-invalidate" && kind == "readresp" {

@@ -447,6 +447,12 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 	return nil
 }
 
+// IRDORDLimits returns QPConfig.MaxIRD and MaxORD, the most Read (and
+// atomic) Requests the QP serves at once and issues at once
+// (cm.IRDORDLimiter): the connection manager negotiates within them, so
+// that the MPA Request and Reply never advertise more than Start keeps.
+func (qp *QP) IRDORDLimits() (maxIRD, maxORD int) { return qp.cfg.MaxIRD, qp.cfg.MaxORD }
+
 // Disconnect starts closing the connection and returns at once (cm.QP).
 // Graceful: work requests posted so far are sent first (new ones are
 // refused), then a FIN; the QP ends when the peer closes too (or after
@@ -666,7 +672,8 @@ func (qp *QP) sweepLocked() bool {
 
 // PostSend posts a send work request. It fails at once for a malformed
 // request, a full SQ, an RFC 7306 operation on a QP without RFC7306, or
-// during a graceful disconnect; on a QP in ERROR it succeeds and the
+// during a graceful disconnect, or with ErrCQOverflow once the send CQ
+// has overrun (see CQ); on a QP in ERROR it succeeds otherwise and the
 // request completes at once with WCWRFlushErr. Local memory is checked
 // when the request is executed: a bad SGE completes it with
 // WCLocProtErr and puts the QP in error, as verbs do.
@@ -679,6 +686,10 @@ func (qp *QP) PostSend(wr SendWR) error {
 	case postRefuse:
 		qp.sqMu.Unlock()
 		return ErrQPState
+	}
+	if qp.scq.overran() {
+		qp.sqMu.Unlock()
+		return ErrCQOverflow
 	}
 	if qp.sqTail-qp.sqHead >= uint64(qp.cfg.MaxSendWR) {
 		qp.sqMu.Unlock()
@@ -780,9 +791,10 @@ func (qp *QP) validateSend(wr *SendWR) error {
 	return nil
 }
 
-// PostRecv posts a receive work request. On a QP in ERROR it succeeds
-// and the request completes at once with WCWRFlushErr. An SGL longer in
-// total than MaxRecvLen is refused with ErrInvalidWR.
+// PostRecv posts a receive work request. It fails with ErrCQOverflow
+// once the receive CQ has overrun (see CQ). On a QP in ERROR it succeeds
+// otherwise and the request completes at once with WCWRFlushErr. An SGL
+// longer in total than MaxRecvLen is refused with ErrInvalidWR.
 func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
@@ -794,6 +806,10 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		return err
 	}
 	qp.rqMu.Lock()
+	if qp.rcq.overran() {
+		qp.rqMu.Unlock()
+		return ErrCQOverflow
+	}
 	if qp.rqTail-qp.rqHead >= uint64(qp.cfg.MaxRecvWR) {
 		qp.rqMu.Unlock()
 		return ErrQueueFull

@@ -429,6 +429,37 @@ func (rx *rxEngine) readInto(d []byte, mr *MR, want uint64) error {
 	return nil
 }
 
+// readIntoCRC is readInto under CRC: the payload goes through the buffer
+// and is folded into the CRC there, before it is copied into d, so that
+// the CRC checks the bytes that arrived even when d's memory changes
+// meanwhile (the application, or another connection placing into a
+// shared region); a check over d after placement would see those changes
+// as a CRC error and end the connection.
+//
+// Like readInto, every copy into d is a placement into mr, made only while
+// mr's STag word is still want (errCut when it is not); waiting for the
+// next bytes is not.
+func (rx *rxEngine) readIntoCRC(d []byte, mr *MR, want uint64) error {
+	for len(d) > 0 {
+		if rx.r == rx.w {
+			if err := rx.fill(1); err != nil {
+				return unexpected(err)
+			}
+		}
+		src := rx.b[rx.r:min(rx.w, rx.r+len(d))]
+		rx.c = mpa.UpdateCRC(rx.c, src)
+		if !rx.enterPlace(mr, want) {
+			return errCut
+		}
+		n := copy(d, src)
+		rx.leavePlace(mr)
+		rx.r += n
+		d = d[n:]
+		rx.qp.stats.rxCopied.Add(uint64(n))
+	}
+	return nil
+}
+
 // readDirect reads d straight from the socket and, in the same readv, up
 // to lookahead bytes that follow (the trailer and the next header) into
 // the buffer, which readInto has drained: one syscall per large FPDU
@@ -548,21 +579,24 @@ func (rx *rxEngine) fpduDirect() (*termInfo, error) {
 	}
 	for i := range rx.nplan {
 		d := rx.plan[i]
-		if err := rx.readInto(d, rx.planMR[i], rx.planST[i]); err != nil {
+		var err error
+		if rx.crc {
+			err = rx.readIntoCRC(d, rx.planMR[i], rx.planST[i])
+		} else {
+			err = rx.readInto(d, rx.planMR[i], rx.planST[i])
+		}
+		if err != nil {
 			if err == errCut {
 				return rx.cutTerm(), nil
 			}
 			return nil, err
-		}
-		if rx.crc {
-			rx.c = mpa.UpdateCRC(rx.c, d)
 		}
 		rx.plan[i] = nil
 	}
 	// Read the buffer one FPDU at a time only when the payload will go
 	// straight from the socket into memory (readInto's direct case);
 	// shorter payloads are copied through the buffer anyway, so read ahead.
-	rx.big = rx.plen >= directMin+bigSlack
+	rx.big = !rx.crc && rx.plen >= directMin+bigSlack
 	if ti, err := rx.trailer(ulen); ti != nil || err != nil {
 		return ti, err
 	}

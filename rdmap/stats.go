@@ -8,7 +8,8 @@ type QPStats struct {
 	RxFPDUs, RxBytes            uint64
 	// RxPlacedDirect counts payload bytes read from the socket straight
 	// into registered memory; RxPlacedCopied those copied from the
-	// receive buffer.
+	// receive buffer (all of them under CRC, which is checked in the
+	// buffer).
 	RxPlacedDirect, RxPlacedCopied  uint64
 	TerminatesSent, TerminatesRecvd uint64
 	CRCErrors                       uint64

@@ -21,9 +21,10 @@ import (
 //	        Fence and ORD credits stall the SQ, never the IRQ
 //	                       │
 //	        emit: messages cut into DDP segments of at most MULPDU, each an
-//	        FPDU in the framer's batch (headers in scratch, payload from MRs)
+//	        FPDU in the framer's batch (headers in scratch, payload from MRs;
+//	        with CRC everything copied into one batch buffer, CRC over the copy)
 //	                       │
-//	        flush: one writev per batch; then the batch's Sends, Writes and
+//	        flush: one writev (or write) per batch; then the batch's Sends, Writes and
 //	        Local Invalidates complete, in SQ order (Reads and atomics
 //	        complete when the receive engine sees their responses)
 
@@ -114,6 +115,7 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 }
 
 func (t *txEngine) release() {
+	t.fr.dropBuf()
 	if t.scratch != nil {
 		t.fr.scratch = nil
 		clear(t.fr.iov)

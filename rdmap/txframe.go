@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/gosiw/gosiw/internal/bufpool"
 	"github.com/gosiw/gosiw/mpa"
 )
 
@@ -17,19 +18,46 @@ const (
 	// maxCtrlHdr is the longest DDP+RDMAP header an FPDU starts with
 	// (untagged header and an Atomic Request), or a Terminate body.
 	maxCtrlHdr = 18 + 64
+	// sendBufSize is the size of a copy-mode batch buffer: a batch stops
+	// taking FPDUs at maxBatchBytes, and the FPDU that crosses it is at
+	// most one ULPDU (under 64 KiB) plus its framing and markers.
+	sendBufSize = maxBatchBytes + 80<<10
 )
 
-// framer builds FPDUs (RFC 5044 §4) into a batch of iovecs for one
-// writev: ULPDU_Length and headers from a scratch arena, payload slices
-// straight from registered memory, pad and CRC from the arena again, and,
-// when the peer asked for them, markers (RFC 5044 §5) every 512 bytes of
-// the stream. The CRC32c is computed over the bytes as they are queued.
-// Nothing is copied but headers. It must be used from one goroutine.
+// sendBufPool holds the batch buffers of the framers in copy mode. A
+// framer takes one when its batch gets its first byte and gives it back
+// when the batch is written (or the QP ends), so the buffers in use are
+// bounded by the batches being written at once, and an idle QP holds
+// none.
+var sendBufPool = bufpool.New(sendBufSize)
+
+// framer builds FPDUs (RFC 5044 §4) into a batch for one write, with
+// markers (RFC 5044 §5) every 512 bytes of the stream when the peer asked
+// for them. It has two modes, fixed by whether CRC32c was negotiated:
+//
+// Without CRC (zero copy) the batch is a list of iovecs for one writev:
+// ULPDU_Length and headers from a scratch arena, payload slices straight
+// from registered memory, pad from the arena again. Nothing is copied but
+// headers; memory that changes before the write is sent as it is then,
+// which verbs allow (the data is undefined, the protocol intact).
 //
 //	FPDU: [len|DDP hdr|RDMAP hdr]  [payload ...]  [pad|CRC]
 //	          scratch               MR memory      scratch
+//
+// With CRC (copy mode) every byte is copied into one pooled batch buffer
+// (sendBufPool) and the CRC32c is computed over that copy, piece by piece
+// right after copying it, while it is in cache. The batch goes out with
+// one write of that buffer, so the CRC covers exactly the bytes on the
+// wire even when the source memory changes meanwhile (a remote Write
+// from another connection into a shared region, or the application).
+//
+//	batch buffer: [len|hdrs|payload|pad|CRC][len|hdrs|payload|pad|CRC]...
+//
+// A framer must be used from one goroutine.
 type framer struct {
 	crc, markers bool
+	buf          *[]byte  // copy mode: the batch buffer while the batch is not empty
+	lin          []byte   // copy mode: the batch so far, in *buf
 	pos          uint64   // stream offset of the next byte (markers)
 	scratch      []byte   // never grows past its capacity
 	iov          [][]byte // reused backing array
@@ -51,13 +79,24 @@ func (f *framer) init(scratch []byte, crc, markers bool) {
 	f.reset()
 }
 
+// reset empties the batch (in copy mode giving its buffer back).
 func (f *framer) reset() {
+	f.dropBuf()
 	f.scratch = f.scratch[:0]
 	f.iov = f.iov[:0]
 	f.bytes, f.fpdus = 0, 0
 }
 
-func (f *framer) empty() bool { return len(f.iov) == 0 }
+func (f *framer) empty() bool { return len(f.iov) == 0 && len(f.lin) == 0 }
+
+// dropBuf gives the copy-mode batch buffer back to the pool, discarding
+// the batch in it.
+func (f *framer) dropBuf() {
+	if f.buf != nil {
+		sendBufPool.Put(f.buf)
+		f.buf, f.lin = nil, nil
+	}
+}
 
 // room reports whether an FPDU with a ULPDU of ulen bytes whose payload
 // spans up to pieces slices fits in the batch.
@@ -70,6 +109,13 @@ func (f *framer) room(ulen, pieces int) bool {
 		m := (ulen+mpa.LengthFieldLen+mpa.CRCLen+3)/mpa.MarkerInterval + 2
 		needS += m * mpa.MarkerLen
 		needI += 2 * m
+	}
+	if f.crc {
+		// The whole FPDU goes into the batch buffer: length field, ULPDU,
+		// pad of at most 3, CRC, and the markers counted in needS.
+		if len(f.lin)+needS+ulen+3+mpa.CRCLen > sendBufSize {
+			return false
+		}
 	}
 	return len(f.scratch)+needS <= cap(f.scratch) && len(f.iov)+needI <= maxBatchIOV
 }
@@ -103,28 +149,23 @@ func (f *framer) end() {
 		// covered by its CRC.
 		f.marker()
 	}
-	s := len(f.scratch)
-	var c uint32
 	if f.crc {
-		c = f.c
+		f.lin = binary.LittleEndian.AppendUint32(f.lin, f.c)
+	} else {
+		s := len(f.scratch)
+		f.scratch = append(f.scratch, 0, 0, 0, 0)
+		f.iov = append(f.iov, f.scratch[s:len(f.scratch):len(f.scratch)])
 	}
-	f.scratch = binary.LittleEndian.AppendUint32(f.scratch, c)
-	f.iov = append(f.iov, f.scratch[s:len(f.scratch):len(f.scratch)])
 	f.pos += mpa.CRCLen
 	f.bytes += mpa.CRCLen
 	f.fpdus++
 }
 
 // emit queues p, inserting markers where the stream crosses a 512-byte
-// boundary, and folds everything queued into the CRC.
+// boundary.
 func (f *framer) emit(p []byte) {
 	if !f.markers {
-		f.iov = append(f.iov, p)
-		if f.crc {
-			f.c = mpa.UpdateCRC(f.c, p)
-		}
-		f.pos += uint64(len(p))
-		f.bytes += len(p)
+		f.put(p)
 		return
 	}
 	for len(p) > 0 {
@@ -134,13 +175,34 @@ func (f *framer) emit(p []byte) {
 			continue
 		}
 		step := min(mpa.MarkerInterval-off, len(p))
-		f.iov = append(f.iov, p[:step])
-		if f.crc {
-			f.c = mpa.UpdateCRC(f.c, p[:step])
-		}
-		f.pos += uint64(step)
-		f.bytes += step
+		f.put(p[:step])
 		p = p[step:]
+	}
+}
+
+// copyChunk is how much copy mode copies before folding it into the CRC,
+// so that the CRC reads the copy from the L1 cache.
+const copyChunk = 8 << 10
+
+// put adds p to the batch: without CRC as an iovec that aliases p; with
+// CRC as a copy in the batch buffer, folded into the CRC from the copy.
+func (f *framer) put(p []byte) {
+	f.pos += uint64(len(p))
+	f.bytes += len(p)
+	if !f.crc {
+		f.iov = append(f.iov, p)
+		return
+	}
+	if f.buf == nil {
+		f.buf = sendBufPool.Get()
+		f.lin = (*f.buf)[:0]
+	}
+	for len(p) > 0 {
+		k := min(len(p), copyChunk)
+		s := len(f.lin)
+		f.lin = append(f.lin, p[:k]...) // room reserved the capacity
+		f.c = mpa.UpdateCRC(f.c, f.lin[s:])
+		p = p[k:]
 	}
 }
 
@@ -149,17 +211,20 @@ func (f *framer) marker() {
 	s := len(f.scratch)
 	f.scratch = append(f.scratch, 0, 0)
 	f.scratch = binary.BigEndian.AppendUint16(f.scratch, uint16(f.pos-f.start))
-	m := f.scratch[s:len(f.scratch):len(f.scratch)]
-	f.iov = append(f.iov, m)
-	if f.crc {
-		f.c = mpa.UpdateCRC(f.c, m)
-	}
-	f.pos += mpa.MarkerLen
-	f.bytes += mpa.MarkerLen
+	f.put(f.scratch[s:len(f.scratch):len(f.scratch)])
 }
 
-// flush writes the batch with one writev (net.Buffers) and empties it.
+// flush writes the batch with one writev (net.Buffers), or in copy mode
+// one write of the batch buffer, and empties it.
 func (f *framer) flush(w io.Writer) (int, error) {
+	if f.crc {
+		if len(f.lin) == 0 {
+			return 0, nil
+		}
+		n, err := w.Write(f.lin)
+		f.reset()
+		return n, err
+	}
 	if len(f.iov) == 0 {
 		return 0, nil
 	}

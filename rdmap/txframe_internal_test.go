@@ -2,6 +2,8 @@ package rdmap
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"testing"
 
@@ -109,4 +111,102 @@ func TestStateTransitions(t *testing.T) {
 			t.Error("ERROR -> RTS allowed")
 		}
 	}()
+}
+
+// BenchmarkFramer frames 1 MiB messages in MSS-sized FPDUs into
+// io.Discard: without CRC (zero copy, iovecs), with CRC (copy mode: copy
+// and CRC into the batch buffer), and, for reference, the CRC alone over
+// the same bytes (what the zero-copy CRC path cost before copy mode,
+// less its iovec handling).
+func BenchmarkFramer(b *testing.B) {
+	const msg, seg = 1 << 20, 32 << 10
+	src := make([]byte, msg)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	hdr := make([]byte, 14)
+	for _, crc := range []bool{false, true} {
+		b.Run(fmt.Sprintf("crc=%v", crc), func(b *testing.B) {
+			var f framer
+			f.init(make([]byte, 0, scratchSize), crc, false)
+			b.SetBytes(msg)
+			b.ReportAllocs()
+			for b.Loop() {
+				f.reset()
+				for off := 0; off < msg; off += seg {
+					if !f.room(len(hdr)+seg, 1) {
+						if _, err := f.flush(io.Discard); err != nil {
+							b.Fatal(err)
+						}
+					}
+					f.begin(hdr, len(hdr)+seg)
+					f.payload(src[off : off+seg])
+					f.end()
+				}
+				if _, err := f.flush(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("crc-only", func(b *testing.B) {
+		b.SetBytes(msg)
+		b.ReportAllocs()
+		var c uint32
+		for b.Loop() {
+			for off := 0; off < msg; off += seg {
+				c = mpa.UpdateCRC(0, src[off:off+seg])
+			}
+		}
+		_ = c
+	})
+}
+
+// TestFramerCopyBufferBound fills copy-mode batches with the largest
+// FPDUs, with and without markers, and checks that room keeps every batch
+// inside its pooled buffer (never a reallocation by append), that the
+// buffer goes back to the pool with each flush, and that the stream still
+// deframes.
+func TestFramerCopyBufferBound(t *testing.T) {
+	payload := make([]byte, 65535-14)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	hdr := make([]byte, 14)
+	for _, markers := range []bool{false, true} {
+		var f framer
+		f.init(make([]byte, 0, scratchSize), true, markers)
+		var out bytes.Buffer
+		const n = 40
+		flushes := 0
+		for range n {
+			if !f.room(len(hdr)+len(payload), 1) {
+				if _, err := f.flush(&out); err != nil {
+					t.Fatal(err)
+				}
+				flushes++
+				if f.buf != nil || f.lin != nil {
+					t.Fatal("batch buffer kept after a flush")
+				}
+			}
+			f.begin(hdr, len(hdr)+len(payload))
+			f.payload(payload)
+			f.end()
+			if cap(f.lin) != sendBufSize || &f.lin[0] != &(*f.buf)[0] {
+				t.Fatalf("markers %v: the batch left its buffer (cap %d)", markers, cap(f.lin))
+			}
+		}
+		if _, err := f.flush(&out); err != nil {
+			t.Fatal(err)
+		}
+		if flushes == 0 {
+			t.Fatal("no batch was full")
+		}
+		df := mpa.NewDeframer(bytes.NewReader(out.Bytes()), mpa.DeframerConfig{CRC: true, Markers: markers})
+		for i := range n {
+			if _, err := df.Next(); err != nil {
+				t.Fatalf("markers %v: FPDU %d: %v", markers, i, err)
+			}
+		}
+	}
 }
