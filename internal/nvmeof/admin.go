@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
 )
 
 // Invalid Parameter results of Connect: IATTR (bit 16: in the data) and
@@ -414,4 +413,3 @@ func (q *queue) getFeatures(s *slot) {
 	c.mu.Unlock()
 	q.complete(s, StatusSuccess, res)
 }
-

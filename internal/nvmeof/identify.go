@@ -96,9 +96,9 @@ func (ci *ControllerInfo) Put(b []byte) {
 	le.PutUint16(b[78:], ci.CntlID)
 	le.PutUint32(b[80:], ci.Version)
 	b[111] = ci.CtrlType
-	b[259] = 3    // AERL: 4 outstanding Asynchronous Event Requests
-	b[261] = 1<<2 // LPA: extended data for Get Log Page
-	b[262] = 0    // ELPE: one error log entry
+	b[259] = 3      // AERL: 4 outstanding Asynchronous Event Requests
+	b[261] = 1 << 2 // LPA: extended data for Get Log Page
+	b[262] = 0      // ELPE: one error log entry
 	le.PutUint16(b[320:], ci.KAS)
 	b[512] = 6<<4 | 6 // SQES
 	b[513] = 4<<4 | 4 // CQES
@@ -162,10 +162,10 @@ func (ni *NamespaceInfo) Put(b []byte) {
 	le.PutUint64(b[0:], ni.Size)
 	le.PutUint64(b[8:], ni.Size)
 	le.PutUint64(b[16:], ni.Size)
-	b[25] = 0    // NLBAF: one format
-	b[26] = 0    // FLBAS: format 0
-	b[33] = 1    // DLFEAT: deallocated blocks read as zeroes
-	b[30] = 1<<0 // NMIC: may be shared by several controllers
+	b[25] = 0      // NLBAF: one format
+	b[26] = 0      // FLBAS: format 0
+	b[33] = 1      // DLFEAT: deallocated blocks read as zeroes
+	b[30] = 1 << 0 // NMIC: may be shared by several controllers
 	if ni.ReadOnly {
 		b[99] = 1
 	}
