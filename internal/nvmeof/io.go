@@ -23,6 +23,10 @@ func (q *queue) ioCommand(s *slot, inCapsule []byte) {
 	case IORead, IOWrite, IOWriteZeroes:
 		slba := uint64(cmd.CDW(10)) | uint64(cmd.CDW(11))<<32
 		nlb := uint64(cmd.CDW(12)&0xffff) + 1
+		if cmd.Opcode() != IOWriteZeroes && nlb<<ns.LBAShift > MaxTransfer {
+			q.complete(s, StatusInvalidField|StatusDNR, 0)
+			return
+		}
 		if slba >= ns.blocks() || nlb > ns.blocks()-slba {
 			q.complete(s, StatusLBARange|StatusDNR, 0)
 			return
@@ -34,10 +38,6 @@ func (q *queue) ioCommand(s *slot, inCapsule []byte) {
 		}
 		switch cmd.Opcode() {
 		case IORead:
-			if n > MaxTransfer {
-				q.complete(s, StatusInvalidField|StatusDNR, 0)
-				return
-			}
 			if st := q.checkToHost(s, int(n)); st != StatusSuccess {
 				q.complete(s, st, 0)
 				return
@@ -51,10 +51,6 @@ func (q *queue) ioCommand(s *slot, inCapsule []byte) {
 			s.bytes, s.dir = int(n), 1
 			q.complete(s, StatusSuccess, 0)
 		case IOWrite:
-			if n > MaxTransfer {
-				q.complete(s, StatusInvalidField|StatusDNR, 0)
-				return
-			}
 			q.fromHost(s, inCapsule, ns.mr.SGE(int(off), int(n)), func(*slot) (Status, uint64) { return StatusSuccess, 0 })
 		case IOWriteZeroes:
 			clear(ns.Data[off : off+n])
