@@ -73,6 +73,7 @@ type ConfigSpec struct {
 	LogFormat         string       `toml:"log_format"`
 	LogLevel          string       `toml:"log_level"`
 	ShutdownTimeout   string       `toml:"shutdown_timeout"`
+	NVMe              NVMeSpec     `toml:"nvme"`
 }
 
 // Config is siwd's validated runtime configuration.
@@ -86,6 +87,7 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
+	NVMe              *NVMeConfig // nil: no NVMe-oF target
 }
 
 // Defaults.
@@ -164,6 +166,9 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		}
 		seen[r.Name] = true
 		c.Regions = append(c.Regions, r)
+	}
+	if c.NVMe, err = s.NVMe.build(c.Regions); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

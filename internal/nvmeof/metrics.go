@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "siwd_nvme_commands_total",
 			Help: "NVMe-oF commands completed, by queue kind, opcode and status."}, []string{"queue", "opcode", "status"}),
 		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "siwd_nvme_bytes_total",
-			Help: "NVMe-oF data bytes moved: read (to hosts) and write (from hosts)."}, []string{"dir"}),
+			Help: "NVMe-oF I/O data bytes: read (to hosts) and written (from hosts)."}, []string{"dir"}),
 		Queues: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "siwd_nvme_queues",
 			Help: "Connected NVMe-oF queues by kind (admin, io)."}, []string{"kind"}),
 		Controllers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "siwd_nvme_controllers", Help: "Live NVMe-oF controllers."}),
@@ -100,7 +100,7 @@ func (t *Target) observe(s *slot, st Status) {
 	op := OpName(&s.cmd, s.io)
 	m.Commands.WithLabelValues(kind, op, st.String()).Inc()
 	m.Latency.WithLabelValues(op).Observe(time.Since(s.start).Seconds())
-	if s.bytes > 0 && st == StatusSuccess {
+	if s.io && s.cmd.Opcode() != OpFabrics && s.bytes > 0 && st == StatusSuccess {
 		dir := "read"
 		if s.dir < 0 {
 			dir = "write"

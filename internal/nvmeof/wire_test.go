@@ -14,8 +14,8 @@ import (
 type captured struct {
 	reqs     map[string]CMRequest
 	reps     map[string]CMReply
-	capsules []capsule // host to target Sends
-	cqes     []cqe     // target to host Sends
+	capsules []capsule         // host to target Sends
+	cqes     []cqe             // target to host Sends
 	writes   map[uint32][]byte // RDMA Write payloads (data to the host) by STag
 }
 
