@@ -632,3 +632,6 @@ func (q *hostQueue) finish(slot int, mr *rdmap.MR) {
 	}
 	q.slots <- slot
 }
+
+// CRC reports whether the admin queue's connection carries MPA CRCs.
+func (h *Host) CRC() bool { return h.admin.conn.Params.CRC }

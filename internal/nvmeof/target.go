@@ -424,11 +424,14 @@ func (c *controller) armKeepAliveLocked() {
 	if c.kato <= 0 || c.dead {
 		return
 	}
+	// Some slack past KATO: a host sends Keep Alive every KATO/2, and a
+	// busy host (or network) may send it late.
+	d := c.kato + c.kato/2
 	if c.kaTimer == nil {
-		c.kaTimer = time.AfterFunc(c.kato, c.keepAliveExpired)
+		c.kaTimer = time.AfterFunc(d, c.keepAliveExpired)
 		return
 	}
-	c.kaTimer.Reset(c.kato)
+	c.kaTimer.Reset(d)
 }
 
 func (c *controller) keepAliveExpired() {
