@@ -16,7 +16,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDumpCmd(), newProbeCmd(), newPingCmd(), newPerfCmd(), newRegionCmd())
+	root.AddCommand(newDumpCmd(), newProbeCmd(), newPingCmd(), newPerfCmd(), newRegionCmd(), newNVMeCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "siw:", err)
 		os.Exit(1)
