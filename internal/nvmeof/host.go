@@ -350,6 +350,7 @@ type hostReq struct {
 	failed                 error
 	cqe                    Completion
 	ch                     chan struct{}
+	lost                   *rdmap.MR // registered for a command given up on (ctx ended)
 }
 
 // notify wakes the command's waiter, once per command (q.mu held).
@@ -464,6 +465,11 @@ func (q *hostQueue) close(abrupt bool) {
 			q.conn.Close()
 		}
 		<-q.done
+	}
+	for i := range q.reqs {
+		if mr := q.reqs[i].lost; mr != nil {
+			mr.Deregister()
+		}
 	}
 	q.release()
 }
@@ -608,8 +614,12 @@ func (q *hostQueue) do(ctx context.Context, cmd *Command, data []byte, toTarget,
 	select {
 	case <-r.ch:
 	case <-ctx.Done():
-		// The command stays outstanding: the slot is lost until the
-		// queue ends, so that a late completion is not misattributed.
+		// The command stays outstanding: the slot (and the memory the
+		// target may still access) is held until the queue ends, so that
+		// a late completion is not misattributed.
+		q.mu.Lock()
+		r.lost = mr
+		q.mu.Unlock()
 		return Completion{}, ctx.Err()
 	}
 	q.mu.Lock()
