@@ -101,6 +101,10 @@ allowed_hosts = ["nqn.2026-01.dev.gosiw:someone-else"]
 // reads each back and compares, then deletes the controller.
 const linuxHostScript = `set -e
 P=%d; NQN=%s; HN=%s; HI=%s
+# No capture of this session: hundreds of MiB of data would fill the
+# guest's RAM and take minutes to copy out.
+kill $(pidof tcpdump) 2>/dev/null || true
+sleep 0.5; rm -f /tmp/interop.pcap
 dmesg -c >/dev/null
 exec 3<>/dev/nvme-fabrics
 echo "transport=rdma,traddr=10.0.2.2,trsvcid=$P,nqn=$NQN,nr_io_queues=2,hostnqn=$HN,hostid=$HI" >&3
