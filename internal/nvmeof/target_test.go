@@ -298,6 +298,32 @@ func TestAdminCommands(t *testing.T) {
 	// Disabled: I/O is refused until enabled again.
 	err = h.Read(ctx, 0, 1, 9, 0, make([]byte, 512))
 	wantStatus(t, err, StatusCmdSeqError|StatusDNR)
+	if v, err := h.PropertyGet(ctx, PropCSTS); err != nil || v&CSTSReady != 0 {
+		t.Fatalf("CSTS %#x after disable: %v", v, err)
+	}
+	// Enabled with a bad queue entry size: Controller Fatal Status.
+	if _, err := h.propSet(ctx, PropCC, CCEnable|7<<ccIOSQESShift|4<<ccIOCQESShift); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := h.PropertyGet(ctx, PropCSTS); err != nil || v&CSTSFatal == 0 {
+		t.Fatalf("CSTS %#x after a bad enable: %v", v, err)
+	}
+	h.propSet(ctx, PropCC, 0)
+	if _, err := h.propSet(ctx, PropCC, CCEnable|6<<ccIOSQESShift|4<<ccIOCQESShift); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Read(ctx, 0, 1, 9, 0, make([]byte, 512)); err != nil {
+		t.Fatalf("read after enabling again: %v", err)
+	}
+	// Shutdown: CSTS.SHST says complete, I/O is refused.
+	if _, err := h.propSet(ctx, PropCC, CCEnable|6<<ccIOSQESShift|4<<ccIOCQESShift|1<<14); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := h.PropertyGet(ctx, PropCSTS); err != nil || v&CSTSShstMask != CSTSShstDone || v&CSTSReady != 0 {
+		t.Fatalf("CSTS %#x after shutdown: %v", v, err)
+	}
+	err = h.Read(ctx, 0, 1, 9, 0, make([]byte, 512))
+	wantStatus(t, err, StatusCmdSeqError|StatusDNR)
 }
 
 // TestIOCommands checks the NVM commands and their errors.
