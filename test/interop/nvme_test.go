@@ -51,8 +51,9 @@ func TestInteropNVMe(t *testing.T) {
 	}
 }
 
-// siwdNVMe runs siwd with an NVMe listener and returns its log.
-func siwdNVMe(t *testing.T) *testutil.SyncBuffer {
+// siwdNVMe runs siwd with an NVMe listener and returns its log and a
+// function that stops it.
+func siwdNVMe(t *testing.T) (*testutil.SyncBuffer, func()) {
 	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "siwd.toml")
@@ -88,11 +89,15 @@ allowed_hosts = ["nqn.2026-01.dev.gosiw:someone-else"]
 		for sc.Scan() {
 		}
 	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	})
-	return logb
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			cmd.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return logb, stop
 }
 
 // linuxHostScript connects the kernel host through /dev/nvme-fabrics with
@@ -199,7 +204,8 @@ func nvmeSession(t *testing.T, tb *table, cache string, crc bool) {
 			g.stop(t)
 		}
 	}()
-	logb := siwdNVMe(t)
+	logb, stopSiwd := siwdNVMe(t)
+	defer stopSiwd()
 
 	// 1. The kernel host -> siwd: 64 MiB at four block sizes, 2 I/O queues.
 	st := g.run(fmt.Sprintf(linuxHostScript, nvmePort, daemon.DefaultNQN, guestHostNQN, guestHostID))
