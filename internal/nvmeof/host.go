@@ -537,6 +537,12 @@ func (q *hostQueue) wc(wc *rdmap.WC) {
 		return
 	}
 	if wc.Status != rdmap.WCSuccess {
+		if wc.Status != rdmap.WCWRFlushErr {
+			// A completion could not be received (e.g. the target
+			// invalidated one of our own STags): end the queue rather
+			// than lose the completion.
+			q.qp.Disconnect(true)
+		}
 		return
 	}
 	i := int(wc.ID)

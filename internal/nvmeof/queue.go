@@ -169,6 +169,9 @@ func (q *queue) completion(wc *rdmap.WC) {
 	switch wc.ID & wrKind {
 	case wrRecv:
 		if wc.Status != rdmap.WCSuccess {
+			if wc.Status != rdmap.WCWRFlushErr {
+				q.fatal("receive failed: " + wc.Status.String())
+			}
 			return // flushed: the queue is ending
 		}
 		q.recv(idx, int(wc.ByteLen))

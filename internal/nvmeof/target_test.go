@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const testNQN = "nqn.2026-12.dev.gosiw:test"
 
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	dev  *rdmap.Device
 	tgt  *Target
 	addr string
@@ -32,7 +32,7 @@ type fixture struct {
 
 // startTarget serves a subsystem with a 1 MiB namespace 1 and a 64 KiB
 // write-protected namespace 2 on a loopback port.
-func startTarget(t *testing.T, mut func(*Config)) *fixture {
+func startTarget(t testing.TB, mut func(*Config)) *fixture {
 	t.Helper()
 	dev, err := rdmap.NewDevice(nil)
 	if err != nil {
@@ -81,7 +81,7 @@ func (f *fixture) dial(cfg HostConfig) *Host {
 	return h
 }
 
-func tctx(t *testing.T) context.Context {
+func tctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -566,6 +566,8 @@ func sendRaw(ctx context.Context, q *hostQueue, cmd *Command) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	r.active = false
+	defer func() { q.slots <- slot }()
 	if r.failed != nil {
 		return r.failed
 	}

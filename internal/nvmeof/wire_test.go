@@ -2,11 +2,15 @@ package nvmeof
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gosiw/gosiw/layers"
+	"github.com/gosiw/gosiw/rdmap"
 )
 
 // captured is what the Linux host <-> Linux target capture holds, decoded
@@ -261,8 +265,7 @@ func TestWireRoundTrip(t *testing.T) {
 }
 
 // FuzzCapsule feeds command capsules (seeded with the capture's) to the
-// parsers and to a target queue's decoding: nothing panics, reads stay
-// within the capsule.
+// parsers: nothing panics, reads stay within the capsule.
 func FuzzCapsule(f *testing.F) {
 	c := readCapture(f)
 	for i, k := range c.capsules {
@@ -319,6 +322,70 @@ func FuzzPrivateData(f *testing.F) {
 		if len(b) >= IdentifySize {
 			ParseControllerInfo(b)
 			ParseNamespaceInfo(b)
+		}
+	})
+}
+
+// FuzzTargetCommand sends 64-byte commands (seeded with the capture's) to
+// a running target, on the admin or an I/O queue of a connected host:
+// each gets a completion, or its queue ends (a Terminate when the command
+// names memory the host never registered); never a hang, and the target
+// keeps serving the next host.
+func FuzzTargetCommand(f *testing.F) {
+	c := readCapture(f)
+	for i, k := range c.capsules {
+		if i%4 == 0 {
+			f.Add(append([]byte{byte(i)}, k.cmd[:]...))
+		}
+	}
+	fx := startTarget(f, nil)
+	var h *Host
+	f.Cleanup(func() {
+		if h != nil {
+			h.abort()
+		}
+	})
+	ended := func(q *hostQueue) bool {
+		select {
+		case <-q.done:
+			return true
+		default:
+			return false
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 1+SQESize || b[0]&1 == 0 && b[1] == AdminAsyncEvent {
+			return // an Asynchronous Event Request is held by design
+		}
+		if h == nil || ended(h.admin) || ended(h.io[0]) {
+			if h != nil {
+				h.abort()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			var err error
+			h, err = Dial(ctx, fx.addr, fx.dev, &HostConfig{SubNQN: testNQN, IOQueues: 1})
+			cancel()
+			if err != nil {
+				t.Fatalf("the target no longer serves a new host: %v", err)
+			}
+		}
+		q := h.admin
+		if b[0]&1 != 0 {
+			q = h.io[0]
+		}
+		cmd, _ := ParseCommand(b[1:])
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := sendRaw(ctx, q, cmd)
+		// A Terminate ends the queue: the QP leaves RTS at once, its
+		// connection may take a few seconds to wind down.
+		if errors.Is(err, context.DeadlineExceeded) && q.qp.State() != rdmap.StateRTS {
+			h.abort()
+			h = nil
+			return
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("command % x on queue %d: no completion and the queue did not end (host QP %v %v)", b[1:], q.qid, q.qp.State(), q.qp.Err())
 		}
 	})
 }
