@@ -222,8 +222,7 @@ func (t *Target) Addr() net.Addr {
 }
 
 // Serve answers connection requests until ctx ends or Close is called,
-// then disconnects every queue, waits for their goroutines, releases the
-// namespaces' registrations and returns.
+// then closes the target (see Close) and returns nil.
 func (t *Target) Serve(ctx context.Context) error {
 	t.mu.Lock()
 	ln := t.ln
@@ -246,8 +245,11 @@ func (t *Target) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Close stops listening, disconnects every queue and waits for them to
-// end. It is idempotent.
+// Close stops listening, resets every queue's connection (abrupt
+// disconnect: hosts see their queues end and reconnect), waits for the
+// queue goroutines to end and releases the namespaces' registrations; the
+// namespaces' memory is the caller's again when Close returns. It is
+// idempotent.
 func (t *Target) Close() {
 	t.mu.Lock()
 	if t.closed {
