@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -101,9 +103,10 @@ func wantStatus(t *testing.T, err error, want Status) {
 func TestReadWrite(t *testing.T) {
 	f := startTarget(t, nil)
 	var last [2][]byte // the last data written by each queue
-	for _, hc := range []HostConfig{{IOQueues: 2}, {IOQueues: 1, NoInvalidate: true}, {IOQueues: 2, InCapsule: true}} {
+	crc := &cm.Config{MPA: mpa.Policy{CRC: mpa.CRCOn, MaxPrivateData: mpa.SiwMaxPrivateData}}
+	for _, hc := range []HostConfig{{IOQueues: 2}, {IOQueues: 1, NoInvalidate: true}, {IOQueues: 2, InCapsule: true, CM: crc}, {IOQueues: 2, CM: crc}} {
 		h := f.dial(hc)
-		if h.IOQueues() != hc.IOQueues {
+		if h.IOQueues() != hc.IOQueues || h.CRC() != (hc.CM != nil) {
 			t.Fatalf("%d I/O queues, want %d", h.IOQueues(), hc.IOQueues)
 		}
 		ctx := tctx(t)

@@ -138,6 +138,8 @@ for bs in 4096 65536 262144 1048576; do
 done
 rm -f /tmp/back /tmp/want
 md5sum /tmp/rand | cut -d' ' -f1 > /tmp/rand.md5
+echo "recoveries: $(dmesg | grep -c 'starting error recovery') siw crc errors: $(dmesg | grep -c 'siw: crc error')"
+dmesg | grep -E 'siw: crc error|error recovery' | head -3
 echo 1 > /sys/class/nvme/$C/delete_controller
 for i in $(seq 50); do [ -e /sys/class/nvme/$C ] || break; sleep 0.1; done
 [ -e /sys/class/nvme/$C ] && { echo "controller $C still there"; exit 1; }
@@ -270,6 +272,11 @@ func checkLinuxHost(out string) error {
 	}
 	if strings.Count(out, "MiB equal") != 4 || !strings.Contains(out, "deleted nvme") {
 		return fmt.Errorf("data check:\n%s", out)
+	}
+	// Equal data after the kernel host's error recovery is not a pass:
+	// the connection must have carried everything without a reset.
+	if !strings.Contains(out, "recoveries: 0 siw crc errors: 0") {
+		return fmt.Errorf("the kernel host recovered from errors (data equal only thanks to its retries):\n%s", out)
 	}
 	return nil
 }
