@@ -23,7 +23,7 @@ func main() {
 		Version:       version.Get().String(),
 	}
 	root.SetVersionTemplate("siw {{.Version}}\n")
-	root.AddCommand(newDumpCmd(), newProbeCmd(), newPingCmd(), newPerfCmd(), newRegionCmd())
+	root.AddCommand(newDumpCmd(), newProbeCmd(), newPingCmd(), newPerfCmd(), newRegionCmd(), newNVMeCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "siw:", err)
 		os.Exit(1)

@@ -44,6 +44,8 @@ func main() {
 type flags struct {
 	config, listen, metrics, logFormat, logLevel, shutdown string
 	allow, regions                                         []string
+	nvmeListen                                             string
+	nvmeNamespaces                                         []string
 	maxConns, maxPerClient                                 int
 	memBudget, memPerConn, idle                            string
 	lockMemory                                             bool
@@ -71,6 +73,8 @@ func newRootCmd() *cobra.Command {
 	fl.IntVar(&f.maxPerClient, "max-conns-per-client", 0, "connection limit per client address (0: none)")
 	fl.StringVar(&f.metrics, "metrics", daemon.DefaultMetrics, "metrics and /healthz HTTP address (empty: off)")
 	fl.StringArrayVar(&f.regions, "region", nil, "exported region name=NAME,size=SIZE[,file=PATH],access=r|w|rw (repeatable)")
+	fl.StringVar(&f.nvmeListen, "nvme-listen", "", "NVMe-oF (RDMA transport) listen address, e.g. 127.0.0.1:4420 (empty: off)")
+	fl.StringArrayVar(&f.nvmeNamespaces, "nvme-namespace", nil, "region served as the next namespace of the default NVMe subsystem (repeatable)")
 	fl.StringVar(&f.logFormat, "log-format", "console", "log format: console or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.BoolVar(&f.lockMemory, "lock-memory", false, "mlock every exported region (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)")
@@ -129,6 +133,12 @@ func spec(cmd *cobra.Command, f *flags) (*daemon.ConfigSpec, error) {
 	}
 	if fl.Changed("idle-timeout") {
 		s.IdleTimeout = f.idle
+	}
+	if fl.Changed("nvme-listen") {
+		s.NVMe.Listen = f.nvmeListen
+	}
+	if fl.Changed("nvme-namespace") {
+		s.NVMe.Namespaces = f.nvmeNamespaces
 	}
 	for _, r := range f.regions {
 		rs, err := daemon.ParseRegionFlag(r)

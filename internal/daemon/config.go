@@ -89,6 +89,9 @@ type ConfigSpec struct {
 	// RLIMIT_MEMLOCK (LimitMEMLOCK in the systemd unit) at least the sum of
 	// the region sizes, or CAP_IPC_LOCK.
 	LockMemory bool `toml:"lock_memory"`
+
+	// NVMe configures the NVMe-oF target (see NVMeSpec).
+	NVMe NVMeSpec `toml:"nvme"`
 }
 
 // Config is siwd's validated runtime configuration.
@@ -135,6 +138,8 @@ type Config struct {
 	TCPKeepAlive time.Duration
 	// LockMemory mlocks every exported region: see ConfigSpec.LockMemory.
 	LockMemory bool
+	// NVMe is the NVMe-oF target's configuration; nil: no target.
+	NVMe *NVMeConfig
 }
 
 // Defaults.
@@ -271,6 +276,9 @@ func (s *ConfigSpec) Build() (*Config, error) {
 		}
 		seen[r.Name] = true
 		c.Regions = append(c.Regions, r)
+	}
+	if c.NVMe, err = s.NVMe.build(c.Regions); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

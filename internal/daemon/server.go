@@ -68,6 +68,7 @@ type Server struct {
 	Perf PerfService
 
 	regions map[string]*region
+	nvme    *nvmeServer
 
 	// stopping ends when shutdown starts: services that disconnect on
 	// their own when their context ends (perf) get it.
@@ -216,6 +217,10 @@ func (s *Server) Listen(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.listenNVMe(ctx); err != nil {
+		ln.Close()
+		return err
+	}
 	s.mu.Lock()
 	s.ln = ln
 	s.mu.Unlock()
@@ -282,6 +287,7 @@ func (s *Server) shutdown() error {
 	s.lg.Info("shutting down: no new connections")
 	s.ln.Close()
 	s.stop()
+	s.closeNVMe()
 	s.mu.Lock()
 	conns := make([]*cm.Conn, 0, len(s.conns))
 	for c := range s.conns {

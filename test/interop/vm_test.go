@@ -27,9 +27,12 @@ type guest struct {
 const (
 	fwdRping = 17174 // -> guest 7174 (rping -s)
 	fwdCMA   = 17471 // -> guest 7471 (rdma_server, ucmatose)
+	fwdNVMe  = 14420 // -> guest 4420 (nvmet-rdma)
 )
 
-func bootGuest(t *testing.T, cache string) *guest {
+// bootGuest boots the VM; kappend words go on the kernel command line
+// (siw.NAME=VALUE become siw module options).
+func bootGuest(t *testing.T, cache string, kappend ...string) *guest {
 	t.Helper()
 	for _, f := range []string{"vmlinuz", "initramfs.gz"} {
 		if _, err := os.Stat(filepath.Join(cache, f)); err != nil {
@@ -43,8 +46,8 @@ func bootGuest(t *testing.T, cache string) *guest {
 		t.Fatal(err)
 	}
 	g.cmd = exec.Command("bash", "vm/run.sh", "vm/agent.sh")
-	g.cmd.Env = append(os.Environ(), "INTEROP_CACHE="+cache, "QUIET=1", "TIMEOUT=1000",
-		fmt.Sprintf("HOSTFWD=tcp:127.0.0.1:%d-:7174,tcp:127.0.0.1:%d-:7471", fwdRping, fwdCMA))
+	g.cmd.Env = append(os.Environ(), "INTEROP_CACHE="+cache, "QUIET=1", "TIMEOUT=1000", "KAPPEND="+strings.Join(kappend, " "),
+		fmt.Sprintf("HOSTFWD=tcp:127.0.0.1:%d-:7174,tcp:127.0.0.1:%d-:7471,tcp:127.0.0.1:%d-:4420", fwdRping, fwdCMA, fwdNVMe))
 	g.cmd.Stdout, g.cmd.Stderr = &g.log, &g.log
 	if err := g.cmd.Start(); err != nil {
 		t.Fatalf("qemu: %v", err)

@@ -51,7 +51,7 @@ fi
 # ---------------------------------------------------------------- download
 # Guest packages: fetched with apt-get download (never installed on the host).
 TARGETS="$KPKG linux-source-$KMAJ busybox-static ibverbs-providers libibverbs1 librdmacm1
-rdmacm-utils ibverbs-utils perftest iproute2 tcpdump libpcap0.8 rdma-core"
+rdmacm-utils ibverbs-utils perftest iproute2 tcpdump libpcap0.8 rdma-core nvme-cli"
 
 # Closure over shared-library packages: follow Depends/PreDepends, but only
 # into packages that are libraries (lib*, zlib1g); the ldd check below proves
@@ -129,8 +129,12 @@ ln -s busybox "$IRD/bin/sh"
 
 # Modules, in dependency order (modprobe --show-depends resolves modules.dep).
 # crc32c_generic: siw needs the "crc32c" shash (qemu64 CPU has no SSE4.2 for crc32c-intel).
+# NVMe over Fabrics (RDMA): the kernel host (nvme-rdma) and target (nvmet-rdma),
+# with their CRC and protection-information helpers; configfs for nvmet.
 MODS="crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm siw
-virtio_pci virtio_net 9pnet_virtio 9p"
+virtio_pci virtio_net 9pnet_virtio 9p
+crc64 crc64_rocksoft_generic crc64-rocksoft crct10dif_common crct10dif_generic crc-t10dif t10-pi
+configfs nvme-core nvme-fabrics nvme-rdma nvmet nvmet-rdma"
 : > "$IRD/modules.list"
 for m in $MODS; do
     modprobe -d "$ROOT" -S "$KVER" --show-depends "$m" | awk '$1=="insmod"{print $2}'
@@ -149,7 +153,7 @@ usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/ibv_rc_pingpong usr/bin/ibv_srq_
 usr/bin/ibv_uc_pingpong usr/bin/ibv_ud_pingpong
 usr/bin/ib_send_bw usr/bin/ib_write_bw usr/bin/ib_read_bw usr/bin/ib_write_lat usr/bin/ib_send_lat
 usr/bin/ib_read_lat usr/bin/ib_atomic_bw
-usr/bin/rdma usr/bin/tcpdump"
+usr/bin/rdma usr/bin/tcpdump usr/sbin/nvme"
 for b in $BINS; do
     if [ -e "$ROOT/$b" ]; then
         mkdir -p "$IRD/$(dirname "$b")"; cp -a "$ROOT/$b" "$IRD/$b"
@@ -174,7 +178,7 @@ cp -a "$ROOT/etc/libibverbs.d" "$IRD/etc/"
 # Check every binary's libraries resolve inside the guest tree (not the host).
 LDP="$IRD/lib/x86_64-linux-gnu:$IRD/usr/lib/x86_64-linux-gnu:$IRD/usr/lib/x86_64-linux-gnu/libibverbs"
 bad=0
-for f in $(cd "$IRD" && find usr/bin usr/lib/x86_64-linux-gnu/libibverbs -type f); do
+for f in $(cd "$IRD" && find usr/bin usr/sbin usr/lib/x86_64-linux-gnu/libibverbs -type f); do
     out="$(LD_LIBRARY_PATH="$LDP" ldd "$IRD/$f" 2>&1 || true)"
     if echo "$out" | grep -q 'not found'; then log "missing lib for $f:"; echo "$out" | grep 'not found'; bad=1; fi
     # a lib resolved to a host path means the guest tree lacks it
