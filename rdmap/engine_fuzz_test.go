@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -697,11 +698,14 @@ func (e *engine) check() {
 	e.rd.mu.Lock()
 	rerr, terms := e.rd.err, e.rd.terms
 	e.rd.mu.Unlock()
-	if rerr != io.EOF {
-		t.Fatalf("the QP's stream did not end cleanly: %v", rerr)
-	}
 	qerr := e.qp.Err()
 	var te *rdmap.TerminateError
+	// After a Terminate the QP waits a while for the peer's FIN, then
+	// closes (a reset, when the peer's bytes are still unread): on a slow
+	// machine the peer may still be writing then.
+	if rerr != io.EOF && !(errors.As(qerr, &te) && errors.Is(rerr, syscall.ECONNRESET)) {
+		t.Fatalf("the QP's stream did not end cleanly: %v (QP error %v)", rerr, qerr)
+	}
 	switch {
 	case qerr == nil:
 		if len(terms) != 0 {
