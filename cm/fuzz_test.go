@@ -45,10 +45,16 @@ func fuzzSeedFiles(f *testing.F, prefix string) [][]byte {
 	return out
 }
 
+// maxFuzzBytes bounds what the peer writes: a listener holding a
+// request (or an initiator) does not read, and the writes must fit in the
+// sockets' buffers rather than block.
+const maxFuzzBytes = 16 << 10
+
 // writeChunks writes b in pieces of chunk bytes (all at once for 0): the
 // TCP segmentation the peer chooses. Errors (the other side closed) end
 // the writing.
 func writeChunks(c net.Conn, b []byte, chunk int) {
+	b = b[:min(len(b), maxFuzzBytes)]
 	if chunk == 0 {
 		chunk = len(b)
 	}
