@@ -16,6 +16,7 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/perf"
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -243,9 +244,7 @@ func perfErrListener(t *testing.T, answer func(req *cm.Request, qp *rdmap.QP) *c
 func TestPerfErrors(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, perfLeakOpts...) })
 	// Unreachable: a port nobody listens on.
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := testutil.RefusedAddr(t)
 	out, err := runPerfCmd(t, "write", "-t", "1", closed)
 	if err == nil || !strings.Contains(err.Error(), "unreachable: "+closed+" refused the TCP connection") {
 		t.Errorf("unreachable: %v\n%s", err, out)

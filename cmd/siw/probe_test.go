@@ -106,16 +106,10 @@ func TestProbeGosiwSiwLimits(t *testing.T) {
 }
 
 func TestProbeNotMPA(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the listener's cleanup
-	// A peer that closes every connection: not an MPA responder.
-	dev, _ := rdmap.NewDevice(nil)
-	_ = dev
-	ln, err := cm.Listen(context.Background(), "127.0.0.1:0", dev, &cm.Config{MPA: mpa.Policy{MaxPrivateData: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	// A port that refuses connections (and that no other listener can
+	// take meanwhile, as a closed listener's port could be).
+	addr := testutil.RefusedAddr(t)
 	if _, err := runProbe(context.Background(), addr, probeOptions{timeout: time.Second}); err == nil {
 		t.Error("probe of a closed port succeeded")
 	}
