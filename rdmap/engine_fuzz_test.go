@@ -30,7 +30,8 @@ import (
 // Reads and an atomic outstanding. After the sequence the peer half-closes
 // and reads until the QP closes too. Then:
 //
-//   - no byte outside what the peer may write changed (canaries);
+//   - no byte outside what the peer may write changed (canaries, and the
+//     source of the QP's own Send and Write);
 //   - every posted work request completed exactly once (SRQ receives that
 //     no message took stay in the SRQ, in order);
 //   - the QP ended gracefully (no Terminate on the wire), or by a Terminate
@@ -109,8 +110,10 @@ type engine struct {
 	mrAll, mrRO, mrPD, mrInv, mrDe *rdmap.MR
 	mrLocal, mrSrc                 *rdmap.MR
 	deregSTag                      rdmap.STag
-	// allowed marks the bytes of backing the peer may change.
+	// allowed marks the bytes of backing the peer may change; every other
+	// byte must stay as in want (canaries, and the QP's source data).
 	allowed []bool
+	want    []byte
 
 	posted   map[uint64]string // WR ID -> what
 	srqOrder []uint64
@@ -212,7 +215,6 @@ func newEngine(t *testing.T, cfg byte) *engine {
 	e.mrSrc = reg(e.pd, b(6), 0)
 	copy(e.mrSrc.Bytes(), bytes.Repeat([]byte("source!."), winSrcLen/8))
 	e.allow(0, 0, winAllLen)
-	e.allow(6, 0, winSrcLen) // written by the test itself
 
 	// Receives: two SGEs each, with a canary gap inside the SGL's span.
 	for i := range nRecvs {
@@ -248,6 +250,8 @@ func newEngine(t *testing.T, cfg byte) *engine {
 		post(rdmap.SendWR{ID: 220, Op: rdmap.WRFetchAdd, SGL: []rdmap.SGE{e.mrLocal.SGE(engAtomicOff, 8)},
 			Remote: rdmap.Remote{STag: 0x6000}, CompareAdd: 5}, "fetch_add")
 	}
+
+	e.want = bytes.Clone(e.backing)
 
 	// Connect over loopback TCP; the raw peer is the MPA initiator.
 	o := &rdmaptest.Options{CRC: cfg&cfgCRC != 0}
@@ -684,7 +688,7 @@ func (e *engine) check() {
 	t := e.t
 	// Canaries.
 	for i, c := range e.backing {
-		if !e.allowed[i] && c != engCanary {
+		if !e.allowed[i] && c != e.want[i] {
 			where := "a gap"
 			for _, w := range e.wins {
 				if i >= w.lo && i < w.hi {
