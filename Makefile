@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build demo test test-short race lint fuzz bench interop clean tools install install-check
+.PHONY: all build demo test test-short race lint fuzz stress bench interop clean tools install install-check
 
 all: build
 
@@ -32,6 +32,12 @@ tools:
 FUZZTIME ?= 2m
 fuzz:
 	./scripts/fuzz-all.sh $(FUZZTIME)
+
+# The race suite 3 times with GOMAXPROCS=1 and 3 times beside a CPU hog
+# the script starts and stops itself, then test/e2e beside the hog.
+# STRESS=ci runs the bounded part .ci/run uses (see scripts/stress.sh).
+stress:
+	./scripts/stress.sh
 
 # gosiw beside raw TCP (loopback, and a veth between two network
 # namespaces when root), with the ratios; BENCHFLAGS adds flags, e.g.

@@ -273,12 +273,7 @@ func TestEventsDestroyEstablishedNoEvents(t *testing.T) {
 func TestEventsConnectFailures(t *testing.T) {
 	dev := newDev(t)
 	t.Run("unreachable", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := testutil.RefusedAddr(t)
 		r := newRecorder(t)
 		id := cm.NewID(dev, r.handle)
 		defer id.Destroy()

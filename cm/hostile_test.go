@@ -29,7 +29,7 @@ import (
 //	  PD_Length 256 over a 255 limit        close, no event (siw: over 256)
 //	  truncated frame, then FIN             close, no event
 //	  truncated frame, then silence         close at RequestTimeout, no event
-//	  slow loris (1 byte / 100 ms)          close at RequestTimeout, no event
+//	  slow loris (1 byte / 100 ms)          close at RequestTimeout, no event (when: TestRequestTimeoutFakeClock)
 //	  H set, PD_Length 2 (no block)         Reply R=1, no event
 //	  markers asked (rev 2 / rev 1)         Reply R=1 M=0 (rev 2: IRD/ORD 0/0), no event
 //	  C asked under CRCStrict               Reply R=1 C=0, no event
@@ -114,8 +114,11 @@ func TestHostileInitiators(t *testing.T) {
 		{name: "PD_Length 256 over limit 255", l: strictL, send: write(cat(reqKey, mustHex("1002 0100 0001 0001"), make([]byte, 252)))},
 		{name: "truncated then FIN", l: l, send: func(c *net.TCPConn) { _, _ = c.Write(siwReq[:21]); _ = c.CloseWrite() }},
 		{name: "truncated then silence", l: l, send: write(siwReq[:21])},
+		// One byte per 100 ms, all but the last: whenever the timer
+		// fires, the Request is incomplete (TestRequestTimeoutFakeClock
+		// pins when).
 		{name: "slow loris", l: l, send: func(c *net.TCPConn) {
-			for _, b := range siwReq {
+			for _, b := range siwReq[:len(siwReq)-1] {
 				if _, err := c.Write([]byte{b}); err != nil {
 					return
 				}
@@ -271,8 +274,10 @@ func TestHostileResponders(t *testing.T) {
 		{name: "RST before the reply", answer: rst, status: cm.StatusReset},
 		{name: "RST mid-reply", answer: func(c *net.TCPConn) { _, _ = c.Write(siwRep[:18]); rst(c) }, status: cm.StatusReset},
 		{name: "no reply", cfg: cm.Config{ReplyTimeout: 300 * time.Millisecond}, answer: func(*net.TCPConn) {}, status: cm.StatusTimeout},
+		// All but the last byte of the Reply, one per 100 ms: it is
+		// incomplete whenever the timer fires, however late.
 		{name: "slow loris", cfg: cm.Config{ReplyTimeout: 300 * time.Millisecond}, answer: func(c *net.TCPConn) {
-			for _, b := range siwRep {
+			for _, b := range siwRep[:len(siwRep)-1] {
 				if _, err := c.Write([]byte{b}); err != nil {
 					return
 				}

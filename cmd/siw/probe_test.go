@@ -269,9 +269,9 @@ func TestProbeNotIWARP(t *testing.T) {
 
 func TestProbeUnreachable(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
+	// A port that refuses connections (and that no other listener can
+	// take meanwhile, as a closed listener's port could be).
+	addr := testutil.RefusedAddr(t)
 	_, err := runProbe(context.Background(), addr, probeOptions{timeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "unreachable: "+addr+" refused the TCP connection") {
 		t.Errorf("error %v", err)
