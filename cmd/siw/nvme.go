@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,13 +154,7 @@ func nvmeRun(cmd *cobra.Command, op, addr string, f *nvmeFlags) error {
 func nvmeCopy(ctx context.Context, cmd *cobra.Command, h *nvmeof.Host, f *nvmeFlags, ni nvmeof.NamespaceInfo, bs int64, write bool) error {
 	const chunk = nvmeof.MaxTransfer
 	if write {
-		var data []byte
-		var err error
-		if f.file == "" || f.file == "-" {
-			data, err = io.ReadAll(cmd.InOrStdin())
-		} else {
-			data, err = os.ReadFile(f.file)
-		}
+		data, err := readInput(cmd, f.file)
 		if err != nil {
 			return err
 		}
@@ -181,15 +173,11 @@ func nvmeCopy(ctx context.Context, cmd *cobra.Command, h *nvmeof.Host, f *nvmeFl
 	if f.length.N%bs != 0 {
 		return fmt.Errorf("nvme: length %d is not a multiple of the block size %d", f.length.N, bs)
 	}
-	w := cmd.OutOrStdout()
-	if f.file != "" && f.file != "-" {
-		fh, err := os.Create(f.file)
-		if err != nil {
-			return err
-		}
-		defer fh.Close()
-		w = fh
+	w, err := openOutput(cmd, f.file)
+	if err != nil {
+		return err
 	}
+	defer w.Close()
 	buf := make([]byte, chunk)
 	for off := int64(0); off < f.length.N; off += chunk {
 		p := buf[:min(chunk, f.length.N-off)]
@@ -200,7 +188,7 @@ func nvmeCopy(ctx context.Context, cmd *cobra.Command, h *nvmeof.Host, f *nvmeFl
 			return err
 		}
 	}
-	return nil
+	return w.Close()
 }
 
 func nvmeBench(ctx context.Context, cmd *cobra.Command, h *nvmeof.Host, f *nvmeFlags, ni nvmeof.NamespaceInfo) error {

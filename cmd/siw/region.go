@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,12 +67,7 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 	var data []byte
 	if write {
 		var err error
-		if f.file == "" || f.file == "-" {
-			data, err = io.ReadAll(cmd.InOrStdin())
-		} else {
-			data, err = os.ReadFile(f.file)
-		}
-		if err != nil {
+		if data, err = readInput(cmd, f.file); err != nil {
 			return err
 		}
 	}
@@ -129,15 +123,13 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 		return err
 	}
 	defer mr.Deregister()
-	out := cmd.OutOrStdout()
-	if !write && f.file != "" && f.file != "-" {
-		fh, err := os.Create(f.file)
-		if err != nil {
+	out := &output{Writer: io.Discard}
+	if !write {
+		if out, err = openOutput(cmd, f.file); err != nil {
 			return err
 		}
-		defer fh.Close()
-		out = fh
 	}
+	defer out.Close()
 	start := time.Now()
 	for done := int64(0); done < n; {
 		k := min(int64(regionChunk), n-done)
@@ -163,6 +155,9 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 	verb := "read"
 	if write {
 		verb = "wrote"
+	}
+	if err := out.Close(); err != nil {
+		return err
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "region %s: %s %d bytes at offset %d in %v\n", name, verb, n, f.offset.N, time.Since(start).Round(time.Microsecond))
 	return nil
