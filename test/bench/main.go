@@ -584,14 +584,6 @@ func (r *runner) rawFixtures(link string, n int) ([]*rawFixture, error) {
 	return fs, nil
 }
 
-func (r *runner) rawFixture(link string) (*rawFixture, error) {
-	fs, err := r.rawFixtures(link, 1)
-	if err != nil {
-		return nil, err
-	}
-	return fs[0], nil
-}
-
 // gosiwFixtures returns n gosiw fixtures over link.
 func (r *runner) gosiwFixtures(link string, crc bool, n int) ([]*gosiwFixture, error) {
 	ekey := link + "/" + onOff(crc)
@@ -615,14 +607,6 @@ func (r *runner) gosiwFixtures(link string, crc bool, n int) ([]*gosiwFixture, e
 		r.gosiwFix[key] = fs[i]
 	}
 	return fs, nil
-}
-
-func (r *runner) gosiwFixture(link string, crc bool) (*gosiwFixture, error) {
-	fs, err := r.gosiwFixtures(link, crc, 1)
-	if err != nil {
-		return nil, err
-	}
-	return fs[0], nil
 }
 
 // brokenRaw retires every raw fixture of link after a failed run: a
