@@ -67,7 +67,11 @@ iperf3 -J (start.connected, end.streams[].sender and .receiver, end.sum_sent,
 end.sum_received) with gosiw's extras.
 
 --tcp runs the same test over plain TCP afterwards and prints the gosiw/TCP
-ratio; the TCP sink is checked reachable before the measured run. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
+ratio (also in messages per second below 64 KiB); the baseline is the plain
+TCP a Go user would write: messages written through a bufio.Writer and read
+through a bufio.Reader (large ones bypass the buffers: one writer, one
+reader), and for --pingpong the bare echo loop. The TCP sink is checked
+reachable before the measured run. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
 on the next port (--tcp-listen), which is where --tcp goes by default;
 siwd has none, so against siwd use --tcp-addr self (an in-process sink on
 loopback, for a responder on this host) or point --tcp-addr at a
