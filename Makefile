@@ -39,9 +39,11 @@ fuzz:
 stress:
 	./scripts/stress.sh
 
-# gosiw beside raw TCP (loopback, and a veth between two network
-# namespaces when root), with the ratios; BENCHFLAGS adds flags, e.g.
-# BENCHFLAGS='-links lo -count 3' (see go run ./test/bench -h).
+# gosiw beside the bare TCP a Go user would write (and iperf3 when
+# installed), over loopback and a veth between two network namespaces
+# when root, with the ratios and the idle-QP memory; BENCHFLAGS adds
+# flags, e.g. BENCHFLAGS='-links lo -count 3 -profiledir prof' (see go
+# run ./test/bench -h).
 bench:
 	$(GO) run ./test/bench $(BENCHFLAGS)
 

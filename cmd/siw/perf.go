@@ -67,7 +67,11 @@ iperf3 -J (start.connected, end.streams[].sender and .receiver, end.sum_sent,
 end.sum_received) with gosiw's extras.
 
 --tcp runs the same test over plain TCP afterwards and prints the gosiw/TCP
-ratio; the TCP sink is checked reachable before the measured run. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
+ratio (also in messages per second below 64 KiB); the baseline is the plain
+TCP a Go user would write: messages written through a bufio.Writer and read
+through a bufio.Reader (large ones bypass the buffers: one writer, one
+reader), and for --pingpong the bare echo loop. The TCP sink is checked
+reachable before the measured run. Plain TCP cannot share the MPA port: "siw perf -s" runs a TCP sink
 on the next port (--tcp-listen), which is where --tcp goes by default;
 siwd has none, so against siwd use --tcp-addr self (an in-process sink on
 loopback, for a responder on this host) or point --tcp-addr at a
@@ -271,7 +275,7 @@ func perfClient(ctx context.Context, out io.Writer, addr, tcpAddr string, o *per
 		defer func() { cancel(); <-done }()
 		tcpAddr = ln.Addr().String()
 	}
-	p := &perfPrinter{w: out, op: o.Op, json: asJSON}
+	p := &perfPrinter{w: out, op: o.Op, size: o.Size, json: asJSON}
 	doc := perfJSON{Start: perfStart(o, addr, tcpAddr, time.Now())}
 	if tcpAddr != "" {
 		// The baseline runs after the measured test: find out now, not
@@ -301,7 +305,7 @@ func perfClient(ctx context.Context, out io.Writer, addr, tcpAddr string, o *per
 		return p.done(&doc)
 	}
 
-	p.header(fmt.Sprintf("\nRaw TCP baseline to %s: the same size, streams and duration (TCP keeps its own window in flight)", tcpAddr))
+	p.header(fmt.Sprintf("\nRaw TCP baseline to %s: the same size, streams and duration; %s", tcpAddr, perfTCPBaseline(o.Op)))
 	p.head, p.transport = false, "tcp"
 	doc.TCP = &perfJSONRun{Connected: []perfJSONConnected{}}
 	tres, terr := perf.RunTCP(ctx, tcpAddr, o)
@@ -358,6 +362,7 @@ func perfOnOff(b bool) string {
 type perfPrinter struct {
 	w         io.Writer
 	op        perf.Op
+	size      int // message size (0 before options are resolved)
 	json      bool
 	transport string // of the run being printed
 	head      bool   // the interval column header has been printed
@@ -545,7 +550,24 @@ func (p *perfPrinter) ratio(g, t *perf.Result) *float64 {
 	r = g.Sum.BitsPerSecond / t.Sum.BitsPerSecond
 	p.header(fmt.Sprintf("\ngosiw/TCP throughput: %.2f (%s/sec vs %s/sec)", r,
 		perfUnits(g.Sum.BitsPerSecond, 1000, "bits"), perfUnits(t.Sum.BitsPerSecond, 1000, "bits")))
+	if p.size > 0 && p.size < perfSmallMessage && g.Sum.Seconds > 0 && t.Sum.Seconds > 0 && t.Sum.Ops > 0 {
+		gr, tr := float64(g.Sum.Ops)/g.Sum.Seconds, float64(t.Sum.Ops)/t.Sum.Seconds
+		p.header(fmt.Sprintf("gosiw/TCP message rate: %.2f (%s/sec vs %s/sec)", gr/tr,
+			perfUnits(gr, 1000, "ops"), perfUnits(tr, 1000, "ops")))
+	}
 	return &r
+}
+
+// perfSmallMessage: below this size the ratio is also given as a message
+// rate, the figure that matters for small messages.
+const perfSmallMessage = 64 << 10
+
+// perfTCPBaseline says what the raw TCP baseline of op does (perf.RunTCP).
+func perfTCPBaseline(op perf.Op) string {
+	if op == perf.OpPingPong {
+		return "the bare echo loop (write, then read the echo)"
+	}
+	return "one goroutine writing through a bufio.Writer, one reading through a bufio.Reader (small messages batched)"
 }
 
 func (p *perfPrinter) done(doc *perfJSON) error {

@@ -35,6 +35,16 @@ import (
 //	             at EOF the sink answers "ok ops=N bytes=B\n"
 //
 // Depth does not apply: TCP keeps its own window in flight.
+//
+// Each op runs the plain TCP a Go user would write for the same job, not
+// a copy of gosiw's structure: the sending side writes every message into
+// a bufio.Writer of tcpBufSize bytes (a message of that size or more goes
+// straight to the socket, so bulk transfers are one goroutine writing
+// large buffers, as iperf3 does; small messages are batched into one
+// write each time the buffer fills, and flushed when the sender has no
+// more to queue: at the end of the run), the receiving side reads through
+// a bufio.Reader of the same size; pingpong is the bare echo loop, one
+// goroutine on each side writing then reading.
 
 // RunTCP runs the raw TCP baseline against the sink at addr with the same
 // options as Run (Depth and CRC aside).
@@ -65,6 +75,10 @@ func CheckTCP(ctx context.Context, addr string, timeout time.Duration) error {
 	return c.Close()
 }
 
+// tcpBufSize is the size of the baseline's bufio.Writer and bufio.Reader
+// on both sides.
+const tcpBufSize = 64 << 10
+
 type tcpStream struct {
 	id  int
 	p   Params
@@ -79,7 +93,7 @@ func dialTCP(ctx context.Context, addr string, o *Options, id int) (stream, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &tcpStream{id: id, p: o.params(), c: nc.(*net.TCPConn), br: bufio.NewReader(nc)}
+	s := &tcpStream{id: id, p: o.params(), c: nc.(*net.TCPConn), br: bufio.NewReaderSize(nc, tcpBufSize)}
 	s.p.Depth = 1
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
@@ -137,12 +151,18 @@ func (s *tcpStream) measure(ctx context.Context, st *streamStats, stop *atomic.B
 	size := uint64(s.p.Size)
 	switch s.p.Op {
 	case OpWrite, OpSend:
+		// Counted once queued: the final Flush puts the rest on the wire
+		// before finish compares the counts with the sink's.
+		bw := bufio.NewWriterSize(s.c, tcpBufSize)
 		for !stop.Load() {
-			if _, err := s.c.Write(s.buf); err != nil {
+			if _, err := bw.Write(s.buf); err != nil {
 				return fmt.Errorf("perf: tcp write: %w", err)
 			}
 			st.ops.Add(1)
 			st.bytes.Add(size)
+		}
+		if err := bw.Flush(); err != nil {
+			return fmt.Errorf("perf: tcp write: %w", err)
 		}
 	case OpRead:
 		for !stop.Load() {
@@ -246,7 +266,7 @@ func ServeTCP(ctx context.Context, ln net.Listener, cfg *ServerConfig) error {
 
 func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo {
 	info := ConnInfo{Transport: "tcp", Remote: c.RemoteAddr()}
-	br := bufio.NewReaderSize(c, 1<<16)
+	br := bufio.NewReaderSize(c, tcpBufSize)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, err := br.ReadSlice('\n')
 	c.SetReadDeadline(time.Time{})
@@ -295,14 +315,18 @@ func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo
 			}
 		}
 		ops = bytes / uint64(p.Size)
+		if info.Err == nil && bytes%uint64(p.Size) != 0 {
+			info.Err = fmt.Errorf("perf: tcp: %d bytes are not whole %d-byte messages", bytes, p.Size)
+		}
 		if info.Err == nil {
 			fmt.Fprintf(c, "ok bytes=%d\n", bytes)
 		}
 	case OpRead:
 		buf := make([]byte, p.Size)
 		fillPattern(buf)
+		bw := bufio.NewWriterSize(c, tcpBufSize)
 		for {
-			if _, err := c.Write(buf); err != nil {
+			if _, err := bw.Write(buf); err != nil {
 				break // the client hangs up when it is done
 			}
 			ops++

@@ -183,22 +183,76 @@ func runCtx() (context.Context, context.CancelFunc) {
 // written to the socket, so after the timer stops a 1-byte Read fences
 // the run: the next one starts with nothing in flight.
 func gosiwStream(b bench, n int, f *gosiwFixture, op rdmap.WROpcode, size, d int) error {
+	return gosiwStreams(b, n, []*gosiwFixture{f}, op, size, d)
+}
+
+// gosiwStreams runs gosiwStream on every fixture at once, n operations
+// split between them, each QP reaped by a goroutine of its own (the
+// benchmark's for the first).
+func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d int) error {
 	ctx, cancel := runCtx()
 	defer cancel()
+	wrs := make([]rdmap.SendWR, len(fs))
+	for i, f := range fs {
+		wrs[i] = f.streamWR(op, size)
+	}
+	errs := make([]error, len(fs))
+	done := make(chan struct{}, len(fs))
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 1; i < len(fs); i++ {
+		go func() {
+			errs[i] = fs[i].stream(ctx, wrs[i], share(n, len(fs), i), d)
+			if errs[i] != nil {
+				cancel()
+			}
+			done <- struct{}{}
+		}()
+	}
+	errs[0] = fs[0].stream(ctx, wrs[0], share(n, len(fs), 0), d)
+	if errs[0] != nil {
+		cancel()
+	}
+	for range len(fs) - 1 {
+		<-done
+	}
+	b.StopTimer()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if op == rdmap.WRWrite {
+		for _, f := range fs {
+			if err := f.fence(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// streamWR is the work request of a stream of op (WRWrite or WRRead).
+func (f *gosiwFixture) streamWR(op rdmap.WROpcode, size int) rdmap.SendWR {
 	a := f.a
 	wr := rdmap.SendWR{Op: op, Signaled: true}
-	want := rdmap.WCWrite
 	if op == rdmap.WRRead {
 		wr.SGL = []rdmap.SGE{a.dst.SGE(0, size)}
 		wr.Remote = rdmap.Remote{STag: f.b.src.STag()}
-		want = rdmap.WCRead
 	} else {
 		wr.SGL = []rdmap.SGE{a.src.SGE(0, size)}
 		wr.Remote = rdmap.Remote{STag: f.b.dst.STag()}
 	}
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
+	return wr
+}
+
+// stream posts wr n times on the client's QP, at most d outstanding, and
+// reaps the n completions.
+func (f *gosiwFixture) stream(ctx context.Context, wr rdmap.SendWR, n, d int) error {
+	a := f.a
+	want := rdmap.WCWrite
+	if wr.Op == rdmap.WRRead {
+		want = rdmap.WCRead
+	}
 	posted, done := 0, 0
 	for done < n {
 		for posted < n && posted-done < d {
@@ -220,10 +274,6 @@ func gosiwStream(b bench, n int, f *gosiwFixture, op rdmap.WROpcode, size, d int
 			}
 			done++
 		}
-	}
-	b.StopTimer()
-	if op == rdmap.WRWrite {
-		return f.fence(ctx)
 	}
 	return nil
 }

@@ -1,14 +1,23 @@
-// Command bench measures gosiw's data path beside raw TCP, in one process
-// and one run, and prints the ratios (make bench).
+// Command bench measures gosiw's data path beside the plain TCP a Go user
+// would write instead, in one process and one run, and prints the ratios
+// (make bench).
 //
 // Each case runs under testing.Benchmark (ReportAllocs, SetBytes): gosiw
 // RDMA Write, RDMA Read and Send/Recv streams at 64 B, 4 KiB, 64 KiB and
-// 1 MiB with the MPA CRC off and on, and a 64-byte Send/Recv ping-pong,
-// each beside a raw TCP baseline with the same message sizes, the same
-// depth and the same goroutine structure (raw.go): a plain stream for
-// Write and Send, requests answered by size-byte responses for Read, a
-// 64-byte echo through sender and receiver goroutines for the ping-pong.
-// Both ends of every connection live in this process.
+// 1 MiB with the MPA CRC off and on, 1 MiB Writes on four QPs at once,
+// and a 64-byte Send/Recv ping-pong. Every target is judged against a
+// bare TCP baseline (bare.go) in the same run: bulk (one goroutine
+// writing size-byte buffers, one reading, as iperf3 does) for Write,
+// Send and Read of 64 KiB and more; batched (messages through a
+// bufio.Writer that flushes when nothing more is queued, read through a
+// bufio.Reader) below that, in messages per second; four bulk streams at
+// once for the four QPs; the bare echo loop (one goroutine each side,
+// write then read) for the ping-pong. When iperf3 is installed it runs
+// too (iperf3 -s -1, iperf3 -c -J, 1 MiB writes) and its figure is
+// printed as the ceiling of one TCP stream. The mirrored baselines of
+// raw.go (the same messages through a copy of the QP's goroutine
+// structure) are a diagnostic column only (-mirrored=false leaves them
+// out). Both ends of every connection live in this process.
 //
 // Links: lo is loopback TCP (127.0.0.1), where every case runs; veth is
 // two network namespaces this program creates (root and ip(8) needed)
@@ -19,26 +28,38 @@
 // signal (and a later run removes those of a killed one). Without root or
 // ip(8) the veth cases are reported as not run, with the reason.
 //
-// The cases run round-robin -count times (raw baseline next to the gosiw
-// cases it serves) and each keeps its best run, which makes the ratios
+// The cases run round-robin -count times (baselines next to the gosiw
+// cases they serve) and each keeps its best run, which makes the ratios
 // steadier on a busy machine. The output is a table (with the targets of
-// the issue, allocations per operation, and the ratio of CPU time per
-// operation, which depends less on other load than throughput does),
-// then one line per measured case for comparing runs:
+// issue 11, allocations per operation, the ratio of CPU time per
+// operation, which depends less on other load than throughput does, and
+// the diagnostic ratio against the mirrored baseline), then one line per
+// measured case and baseline for comparing runs:
 //
-//	ratio op=write size=1048576 crc=off link=lo value=0.93
+//	ratio op=write size=1048576 crc=off link=lo baseline=bare value=0.93
+//	ratio op=write size=1048576 crc=off link=lo baseline=mirrored value=1.02
 //
-// value is gosiw / raw TCP throughput, or raw TCP / gosiw round-trip time
-// for pingpong: higher is better, 1 is parity. The exit status is 1 when
-// a case failed to run, and with -strict also when a target is missed.
+// value is gosiw / baseline throughput (messages per second for small
+// sizes: the same ratio), or baseline / gosiw round-trip time for
+// pingpong: higher is better, 1 is parity. A missed target prints as
+// "miss" and does not change the exit status, which is 1 when a case
+// failed to run (and with -strict also when a target is missed).
+//
+// Before the table, unless -idleqps is 0, it connects that many idle QP
+// pairs over loopback and reports the heap and stacks each pair holds
+// (idle.go).
 //
 // Usage:
 //
 //	go run ./test/bench [-time 200ms] [-count 5] [-links lo,veth] [-run regexp] [-json] [-strict]
-//	                    [-cpuprofile file] [-only gosiw|raw] [-maxulpdu n] [-q]
+//	                    [-mirrored=false] [-iperf3=false] [-idleqps 1000]
+//	                    [-cpuprofile file | -profiledir dir] [-only gosiw|raw] [-maxulpdu n] [-q]
 //
-// -only and -maxulpdu are for profiling and experiments: one side alone
-// (no ratios), or gosiw QPs with a MaxULPDU other than the default.
+// -profiledir writes a CPU profile of every run of every gosiw case
+// (dir/<op>-<size>-crc<on|off>-<link>-r<round>.pprof) for the engine
+// work; -cpuprofile one of the whole program. -only and -maxulpdu are
+// for profiling and experiments: one side alone (no ratios), or gosiw
+// QPs with a MaxULPDU other than the default.
 package main
 
 import (
@@ -49,6 +70,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/pprof"
@@ -71,6 +93,9 @@ const (
 	// unitLimit bounds one testing.Benchmark call; past it the program
 	// gives up, cleans up and exits.
 	unitLimit = 3 * time.Minute
+	// multiQPs is how many QPs (and TCP streams) the write-4qp case
+	// runs at once.
+	multiQPs = 4
 )
 
 var sizes = []int{64, 4 << 10, 64 << 10, 1 << 20}
@@ -105,9 +130,10 @@ func (b *cpuB) StopTimer() {
 	b.cpu = cpuTime() - b.start
 }
 
-// rawCase is a raw TCP baseline.
+// rawCase is a TCP baseline: bare (bulk, batched, bulk4, echo; bare.go)
+// or mirrored (stream, reqresp, pingpong; raw.go).
 type rawCase struct {
-	Kind string `json:"kind"` // stream, reqresp, pingpong, echo
+	Kind string `json:"kind"`
 	Size int    `json:"size"`
 	Link string `json:"link"`
 	best *sample
@@ -117,17 +143,40 @@ type rawCase struct {
 	minCPU float64
 }
 
-// gosiwCase is a measured gosiw case and its baseline.
+func (c *rawCase) name() string { return fmt.Sprintf("tcp-%s/%d/%s", c.Kind, c.Size, c.Link) }
+
+// streams is how many connections the baseline uses.
+func (c *rawCase) streams() int {
+	if c.Kind == "bulk4" {
+		return multiQPs
+	}
+	return 1
+}
+
+// bare tells a bare baseline from a mirrored one.
+func (c *rawCase) bare() bool {
+	switch c.Kind {
+	case "bulk", "batched", "bulk4", "echo":
+		return true
+	}
+	return false
+}
+
+// gosiwCase is a measured gosiw case and its baselines.
 type gosiwCase struct {
-	Op     string `json:"op"` // write, read, send, pingpong
-	Size   int    `json:"size"`
-	CRC    bool   `json:"crc"`
-	Link   string `json:"link"`
-	raw    *rawCase
-	target float64 // minimum ratio, 0 for none
-	best   *sample
-	all    []sample
-	minCPU float64 // the lowest CPU time per operation of any run
+	Op   string `json:"op"` // write, read, send, write-4qp, pingpong
+	Size int    `json:"size"`
+	CRC  bool   `json:"crc"`
+	Link string `json:"link"`
+	// bare is the baseline the target is judged against; mirror, when
+	// not nil, the diagnostic one.
+	bare, mirror *rawCase
+	// target is the minimum ratio (0 for none); milestone a first,
+	// looser one (0 for none).
+	target, milestone float64
+	best              *sample
+	all               []sample
+	minCPU            float64 // the lowest CPU time per operation of any run
 	// maxAllocs is the highest allocs/op any run saw.
 	maxAllocs int64
 	err       error
@@ -137,6 +186,13 @@ func (c *gosiwCase) name() string {
 	return fmt.Sprintf("%s/%d/crc=%s/%s", c.Op, c.Size, onOff(c.CRC), c.Link)
 }
 
+func (c *gosiwCase) qps() int {
+	if c.Op == "write-4qp" {
+		return multiQPs
+	}
+	return 1
+}
+
 func onOff(b bool) string {
 	if b {
 		return "on"
@@ -144,38 +200,47 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// ratio is gosiw / raw throughput, or raw / gosiw time for pingpong: for
-// both, raw ns/op over gosiw ns/op.
-func (c *gosiwCase) ratio() (float64, bool) {
-	if c.err != nil || c.best == nil || c.raw.err != nil || c.raw.best == nil {
+// ratioTo is gosiw / base throughput, or base / gosiw time for pingpong:
+// for both, base ns/op over gosiw ns/op.
+func (c *gosiwCase) ratioTo(base *rawCase) (float64, bool) {
+	if c.err != nil || c.best == nil || base == nil || base.err != nil || base.best == nil {
 		return 0, false
 	}
-	return c.raw.best.NsPerOp / c.best.NsPerOp, true
+	return base.best.NsPerOp / c.best.NsPerOp, true
 }
 
-// cpuRatio is raw / gosiw CPU time per operation (higher is better).
+// ratio is the ratio to the bare baseline, the one targets judge.
+func (c *gosiwCase) ratio() (float64, bool) { return c.ratioTo(c.bare) }
+
+// cpuRatio is bare / gosiw CPU time per operation (higher is better).
 func (c *gosiwCase) cpuRatio() (float64, bool) {
-	if c.minCPU <= 0 || c.raw.minCPU <= 0 {
+	if c.minCPU <= 0 || c.bare == nil || c.bare.minCPU <= 0 {
 		return 0, false
 	}
-	return c.raw.minCPU / c.minCPU, true
+	return c.bare.minCPU / c.minCPU, true
 }
 
-// targets from the issue.
-func target(op string, size int, crc bool, link string) float64 {
+// target returns issue 11's target for a case (the minimum ratio to the
+// bare baseline, 0 for none) and its first milestone (0 for none).
+func target(op string, size int, crc bool, link string) (tgt, milestone float64) {
 	switch {
-	case link == "lo" && op == "write" && size == 1<<20 && !crc:
-		return 0.9
-	case link == "lo" && op == "write" && size == 1<<20 && crc:
-		return 0.75
+	case link == "lo" && (op == "write" || op == "send") && size == 1<<20:
+		if crc {
+			return 0.85, 0
+		}
+		return 0.95, 0
 	case link == "lo" && op == "read" && size == 1<<20 && !crc:
-		return 0.85
+		return 0.9, 0
+	case link == "lo" && (op == "write" || op == "send") && size == 64 && !crc:
+		return 0.7, 0 // messages per second against the batched baseline
+	case link == "lo" && op == "write-4qp" && !crc:
+		return 0.9, 0
 	case link == "lo" && op == "pingpong" && !crc:
-		return 1 / 1.3 // latency <= 1.3x raw TCP
-	case link == "veth" && op == "write" && size == 1<<20:
-		return 0.7
+		return 1 / 1.25, 1 / 1.5 // round trip <= 1.25x the bare echo; first 1.5x
+	case link == "veth" && op == "write" && size == 1<<20 && !crc:
+		return 0.85, 0
 	}
-	return 0
+	return 0, 0
 }
 
 // cleanup runs registered cleanups once, on every way out.
@@ -213,16 +278,20 @@ type options struct {
 	json       bool
 	strict     bool
 	cpuprofile string
+	profileDir string
 	quiet      bool
 	only       string // "", "gosiw" or "raw": run one side (for profiling)
 	maxULPDU   int
+	mirrored   bool // also run the mirrored baselines (a diagnostic)
+	iperf3     bool // also run iperf3, when installed, as the ceiling
+	idleQPs    int  // idle QP pairs to measure (0: none)
 }
 
 func main() {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./test/bench [flags]\n\nMeasures gosiw RDMA Write, Read, Send/Recv and a Send/Recv ping-pong beside raw TCP and prints the ratios.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: go run ./test/bench [flags]\n\nMeasures gosiw RDMA Write, Read, Send/Recv and a Send/Recv ping-pong beside bare TCP (and iperf3) and prints the ratios.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	var links, run string
@@ -233,16 +302,24 @@ func main() {
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of the table and ratio lines")
 	fs.BoolVar(&o.strict, "strict", false, "exit with status 1 when a target is missed")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	fs.StringVar(&o.profileDir, "profiledir", "", "write a CPU profile of every run of every gosiw case into `dir`")
 	fs.BoolVar(&o.quiet, "q", false, "no progress on stderr")
 	fs.IntVar(&o.maxULPDU, "maxulpdu", 0, "QPConfig.MaxULPDU of the gosiw QPs (experiments; 0: the MULPDU from the MSS, as siw)")
 	fs.StringVar(&o.only, "only", "", "run only the `side` gosiw or raw (for profiling; no ratios)")
+	fs.BoolVar(&o.mirrored, "mirrored", true, "also run the mirrored baselines (the QP's goroutine structure over TCP; a diagnostic column)")
+	fs.BoolVar(&o.iperf3, "iperf3", true, "also run iperf3, when installed, and print its figure as the ceiling")
+	fs.IntVar(&o.idleQPs, "idleqps", 1000, "connect this many idle QP pairs over loopback and report the memory per pair (0: skip)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", fs.Args())
 		os.Exit(2)
 	}
-	if o.count < 1 || o.time <= 0 {
-		fmt.Fprintln(os.Stderr, "bench: -count and -time must be positive")
+	if o.count < 1 || o.time <= 0 || o.idleQPs < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -count and -time must be positive, -idleqps not negative")
+		os.Exit(2)
+	}
+	if o.cpuprofile != "" && o.profileDir != "" {
+		fmt.Fprintln(os.Stderr, "bench: -cpuprofile and -profiledir exclude each other (one CPU profile at a time)")
 		os.Exit(2)
 	}
 	for _, l := range strings.Split(links, ",") {
@@ -302,6 +379,12 @@ func benchMain(o *options) int {
 			f.Close()
 		})
 	}
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 2
+		}
+	}
 	r := newRunner(o)
 	r.plan()
 	if len(r.cases) == 0 {
@@ -310,6 +393,13 @@ func benchMain(o *options) int {
 	}
 	r.loadStart = loadAvg()
 	start := time.Now()
+	if o.idleQPs > 0 && o.only != "raw" {
+		if !o.quiet {
+			fmt.Fprintf(os.Stderr, "idle QPs: connecting %d pairs\n", o.idleQPs)
+		}
+		res, err := idleQPMemory(o.idleQPs)
+		r.idle, r.idleErr = &res, err
+	}
 	for round := 1; round <= o.count; round++ {
 		for _, u := range r.units {
 			u.run(round)
@@ -324,7 +414,8 @@ func benchMain(o *options) int {
 	return r.print(os.Stdout)
 }
 
-// unit is one measurement a round makes: a raw baseline or a gosiw case.
+// unit is one measurement a round makes: a baseline, iperf3 or a gosiw
+// case.
 type unit struct {
 	name string
 	run  func(round int)
@@ -334,14 +425,21 @@ type runner struct {
 	o        *options
 	cases    []*gosiwCase
 	raws     []*rawCase
+	ceilings []*ceiling
 	units    []unit
 	vethErr  error // why the veth cases did not run
 	veth     *vethLink
 	vethMSS  int
+	// Fixtures by link and index ("lo#0"; gosiw: "lo/off#0"); a failed
+	// run retires every fixture of its link (and CRC), by errors keyed
+	// "lo" (gosiw: "lo/off").
 	rawFix   map[string]*rawFixture
 	rawErr   map[string]error
 	gosiwFix map[string]*gosiwFixture
 	gosiwErr map[string]error
+
+	idle    *idleResult
+	idleErr error
 
 	loadStart, loadEnd string
 	elapsed            time.Duration
@@ -352,72 +450,81 @@ func newRunner(o *options) *runner {
 		gosiwFix: map[string]*gosiwFixture{}, gosiwErr: map[string]error{}}
 }
 
-// plan lists the cases and orders the units of a round: each raw
-// baseline right before the gosiw cases compared with it.
+// plan lists the cases and orders the units of a round: each baseline
+// right before the first gosiw case compared with it, iperf3 first on
+// its link.
 func (r *runner) plan() {
 	for _, link := range r.o.links {
-		type group struct {
-			raw *rawCase
-			ops []*gosiwCase
-		}
-		var groups []group
-		add := func(kind string, size int, ops ...string) {
-			g := group{raw: &rawCase{Kind: kind, Size: size, Link: link}}
-			for _, op := range ops {
-				for _, crc := range []bool{false, true} {
-					c := &gosiwCase{Op: op, Size: size, CRC: crc, Link: link, raw: g.raw, target: target(op, size, crc, link)}
-					if r.o.run.MatchString(c.name()) {
-						g.ops = append(g.ops, c)
-					}
-				}
+		bases := map[string]*rawCase{}
+		base := func(kind string, size int) *rawCase {
+			key := fmt.Sprint(kind, size)
+			if bases[key] == nil {
+				bases[key] = &rawCase{Kind: kind, Size: size, Link: link}
 			}
-			if len(g.ops) > 0 {
-				groups = append(groups, g)
+			return bases[key]
+		}
+		var cases []*gosiwCase
+		add := func(op string, size int, bare, mirror *rawCase) {
+			if !r.o.mirrored {
+				mirror = nil
+			}
+			for _, crc := range []bool{false, true} {
+				c := &gosiwCase{Op: op, Size: size, CRC: crc, Link: link, bare: bare, mirror: mirror}
+				c.target, c.milestone = target(op, size, crc, link)
+				if r.o.run.MatchString(c.name()) {
+					cases = append(cases, c)
+				}
 			}
 		}
 		if link == "lo" {
 			for _, size := range sizes {
-				add("stream", size, "write", "send")
-				add("reqresp", size, "read")
+				bare := base(bareKind(size), size)
+				add("write", size, bare, base("stream", size))
+				add("send", size, bare, base("stream", size))
+				add("read", size, bare, base("reqresp", size))
 			}
+			add("write-4qp", 1<<20, base("bulk4", 1<<20), nil)
 		} else {
-			add("stream", 1<<20, "write")
-			add("reqresp", 1<<20, "read")
+			add("write", 1<<20, base("bulk", 1<<20), base("stream", 1<<20))
+			add("read", 1<<20, base("bulk", 1<<20), base("reqresp", 1<<20))
 		}
-		add("pingpong", 64, "pingpong")
-		if len(groups) == 0 {
+		add("pingpong", 64, base("echo", 64), base("pingpong", 64))
+		if len(cases) == 0 {
 			continue
 		}
 		if link == "veth" {
 			v, err := setupVeth()
 			if err != nil {
 				r.vethErr = err
-				for _, g := range groups {
-					for _, c := range g.ops {
-						c.err = errVethSkipped
-						r.cases = append(r.cases, c)
-					}
+				for _, c := range cases {
+					c.err = errVethSkipped
+					r.cases = append(r.cases, c)
 				}
 				continue
 			}
 			r.veth = v
 			atCleanup(v.close)
 		}
-		for _, g := range groups {
-			r.raws = append(r.raws, g.raw)
-			if r.o.only != "gosiw" {
-				r.units = append(r.units, r.rawUnit(g.raw))
-			}
-			for _, c := range g.ops {
-				r.cases = append(r.cases, c)
-				if r.o.only != "raw" {
-					r.units = append(r.units, r.gosiwUnit(c))
+		if r.o.iperf3 && r.o.only != "gosiw" {
+			cl := &ceiling{Link: link}
+			r.ceilings = append(r.ceilings, cl)
+			r.units = append(r.units, r.iperfUnit(cl))
+		}
+		emitted := map[*rawCase]bool{}
+		for _, c := range cases {
+			for _, b := range []*rawCase{c.bare, c.mirror} {
+				if b == nil || emitted[b] {
+					continue
+				}
+				emitted[b] = true
+				r.raws = append(r.raws, b)
+				if r.o.only != "gosiw" {
+					r.units = append(r.units, r.rawUnit(b))
 				}
 			}
-			if g.raw.Kind == "pingpong" && r.o.only != "gosiw" {
-				echo := &rawCase{Kind: "echo", Size: 64, Link: link}
-				r.raws = append(r.raws, echo)
-				r.units = append(r.units, r.rawUnit(echo))
+			r.cases = append(r.cases, c)
+			if r.o.only != "raw" {
+				r.units = append(r.units, r.gosiwUnit(c))
 			}
 		}
 	}
@@ -431,6 +538,10 @@ func (r *runner) connPair(link string) (net.Conn, net.Conn, error) {
 	if link == "veth" {
 		return r.veth.pair()
 	}
+	return loopbackPair()
+}
+
+func loopbackPair() (net.Conn, net.Conn, error) {
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, nil, err
@@ -448,63 +559,77 @@ func (r *runner) connPair(link string) (net.Conn, net.Conn, error) {
 	return c, s, nil
 }
 
-func (r *runner) rawFixture(link string) (*rawFixture, error) {
-	if f := r.rawFix[link]; f != nil {
-		return f, nil
-	}
+// rawFixtures returns n raw fixtures over link.
+func (r *runner) rawFixtures(link string, n int) ([]*rawFixture, error) {
 	if err := r.rawErr[link]; err != nil {
 		return nil, err
 	}
-	c, s, err := r.connPair(link)
-	if err != nil {
-		r.rawErr[link] = err
-		return nil, err
+	fs := make([]*rawFixture, n)
+	for i := range fs {
+		key := fmt.Sprintf("%s#%d", link, i)
+		if fs[i] = r.rawFix[key]; fs[i] != nil {
+			continue
+		}
+		c, s, err := r.connPair(link)
+		if err != nil {
+			r.rawErr[link] = err
+			return nil, err
+		}
+		if link == "veth" {
+			r.vethMSS = mss(c)
+		}
+		fs[i] = newRawFixture(c, s)
+		r.rawFix[key] = fs[i]
 	}
-	if link == "veth" {
-		r.vethMSS = mss(c)
-	}
-	f := newRawFixture(c, s)
-	r.rawFix[link] = f
-	return f, nil
+	return fs, nil
 }
 
-func (r *runner) gosiwFixture(link string, crc bool) (*gosiwFixture, error) {
-	key := link + "/" + onOff(crc)
-	if f := r.gosiwFix[key]; f != nil {
-		return f, nil
-	}
-	if err := r.gosiwErr[key]; err != nil {
+// gosiwFixtures returns n gosiw fixtures over link.
+func (r *runner) gosiwFixtures(link string, crc bool, n int) ([]*gosiwFixture, error) {
+	ekey := link + "/" + onOff(crc)
+	if err := r.gosiwErr[ekey]; err != nil {
 		return nil, err
 	}
-	c, s, err := r.connPair(link)
-	if err == nil {
-		var f *gosiwFixture
-		if f, err = newGosiwFixture(c, s, crc, r.o.maxULPDU); err == nil {
-			r.gosiwFix[key] = f
-			return f, nil
+	fs := make([]*gosiwFixture, n)
+	for i := range fs {
+		key := fmt.Sprintf("%s#%d", ekey, i)
+		if fs[i] = r.gosiwFix[key]; fs[i] != nil {
+			continue
+		}
+		c, s, err := r.connPair(link)
+		if err == nil {
+			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU)
+		}
+		if err != nil {
+			r.gosiwErr[ekey] = err
+			return nil, err
+		}
+		r.gosiwFix[key] = fs[i]
+	}
+	return fs, nil
+}
+
+// brokenRaw retires every raw fixture of link after a failed run: a
+// connection is in an unknown state.
+func (r *runner) brokenRaw(link string, err error) {
+	for key, f := range r.rawFix {
+		if strings.HasPrefix(key, link+"#") {
+			f.close()
+			delete(r.rawFix, key)
 		}
 	}
-	r.gosiwErr[key] = err
-	return nil, err
-}
-
-// broken retires a fixture after a failed run: its connection is in an
-// unknown state.
-func (r *runner) brokenRaw(link string, err error) {
-	if f := r.rawFix[link]; f != nil {
-		f.close()
-		delete(r.rawFix, link)
-	}
-	r.rawErr[link] = fmt.Errorf("an earlier raw case failed: %w", err)
+	r.rawErr[link] = fmt.Errorf("an earlier TCP case failed: %w", err)
 }
 
 func (r *runner) brokenGosiw(link string, crc bool, err error) {
-	key := link + "/" + onOff(crc)
-	if f := r.gosiwFix[key]; f != nil {
-		f.close()
-		delete(r.gosiwFix, key)
+	ekey := link + "/" + onOff(crc)
+	for key, f := range r.gosiwFix {
+		if strings.HasPrefix(key, ekey+"#") {
+			f.close()
+			delete(r.gosiwFix, key)
+		}
 	}
-	r.gosiwErr[key] = fmt.Errorf("an earlier gosiw case failed: %w", err)
+	r.gosiwErr[ekey] = fmt.Errorf("an earlier gosiw case failed: %w", err)
 }
 
 func (r *runner) closeFixtures() {
@@ -558,27 +683,43 @@ func (r *runner) progress(round int, name string, s sample, err error, bytes int
 	fmt.Fprintf(os.Stderr, "[%d/%d] %-32s %s\n", round, r.o.count, name, fmtSample(s.NsPerOp, bytes))
 }
 
+// keep records a run in a case's best and lowest CPU figures.
+func keep(best **sample, all *[]sample, minCPU *float64, s sample) {
+	*all = append(*all, s)
+	if *best == nil || s.NsPerOp < (*best).NsPerOp {
+		*best = &s
+	}
+	if *minCPU == 0 || s.CPUNsPerOp < *minCPU {
+		*minCPU = s.CPUNsPerOp
+	}
+}
+
 func (r *runner) rawUnit(c *rawCase) unit {
-	name := fmt.Sprintf("raw-%s/%d/%s", c.Kind, c.Size, c.Link)
+	name := c.name()
 	return unit{name: name, run: func(round int) {
 		if c.err != nil {
 			return
 		}
-		f, err := r.rawFixture(c.Link)
+		fs, err := r.rawFixtures(c.Link, c.streams())
 		if err != nil {
 			c.err = err
 			return
 		}
+		f := fs[0]
 		var fn func(b bench, n int) error
 		switch c.Kind {
+		case "bulk", "bulk4":
+			fn = func(b bench, n int) error { return bareBulk(b, n, fs, c.Size) }
+		case "batched":
+			fn = func(b bench, n int) error { return bareBatched(b, n, f, c.Size) }
+		case "echo":
+			fn = func(b bench, n int) error { return rawEcho(b, n, f, c.Size) }
 		case "stream":
 			fn = func(b bench, n int) error { return rawStream(b, n, f, c.Size, depth) }
 		case "reqresp":
 			fn = func(b bench, n int) error { return rawReqResp(b, n, f, c.Size, readDepth) }
 		case "pingpong":
 			fn = func(b bench, n int) error { return rawPingPong(b, n, f, c.Size) }
-		case "echo":
-			fn = func(b bench, n int) error { return rawEcho(b, n, f, c.Size) }
 		}
 		s, err := measure(name, fn)
 		r.progress(round, name, s, err, c.bytes())
@@ -587,13 +728,7 @@ func (r *runner) rawUnit(c *rawCase) unit {
 			r.brokenRaw(c.Link, err)
 			return
 		}
-		c.all = append(c.all, s)
-		if c.best == nil || s.NsPerOp < c.best.NsPerOp {
-			c.best = &s
-		}
-		if c.minCPU == 0 || s.CPUNsPerOp < c.minCPU {
-			c.minCPU = s.CPUNsPerOp
-		}
+		keep(&c.best, &c.all, &c.minCPU, s)
 	}}
 }
 
@@ -617,15 +752,18 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 		if c.err != nil {
 			return
 		}
-		f, err := r.gosiwFixture(c.Link, c.CRC)
+		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps())
 		if err != nil {
 			c.err = err
 			return
 		}
+		f := fs[0]
 		var fn func(b bench, n int) error
 		switch c.Op {
 		case "write":
 			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRWrite, c.Size, depth) }
+		case "write-4qp":
+			fn = func(b bench, n int) error { return gosiwStreams(b, n, fs, rdmap.WRWrite, c.Size, depth) }
 		case "read":
 			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRRead, c.Size, readDepth) }
 		case "send":
@@ -633,28 +771,53 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 		case "pingpong":
 			fn = func(b bench, n int) error { return gosiwPingPong(b, n, f, c.Size) }
 		}
+		stop, err := r.profile(c, round)
+		if err != nil {
+			c.err = err
+			return
+		}
 		s, err := measure(name, fn)
+		stop()
 		r.progress(round, name, s, err, c.bytes())
 		if err != nil {
 			c.err = err
 			r.brokenGosiw(c.Link, c.CRC, err)
 			return
 		}
-		c.all = append(c.all, s)
 		c.maxAllocs = max(c.maxAllocs, s.Allocs)
-		if c.best == nil || s.NsPerOp < c.best.NsPerOp {
-			c.best = &s
-		}
-		if c.minCPU == 0 || s.CPUNsPerOp < c.minCPU {
-			c.minCPU = s.CPUNsPerOp
-		}
+		keep(&c.best, &c.all, &c.minCPU, s)
 	}}
 }
 
-// fmtSample formats a throughput (bytes > 0) or a round-trip time.
+// profile starts the CPU profile of a run of c when -profiledir is set;
+// the returned function stops it.
+func (r *runner) profile(c *gosiwCase, round int) (func(), error) {
+	if r.o.profileDir == "" {
+		return func() {}, nil
+	}
+	name := fmt.Sprintf("%s-%d-crc%s-%s-r%d.pprof", c.Op, c.Size, onOff(c.CRC), c.Link, round)
+	f, err := os.Create(filepath.Join(r.o.profileDir, name))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// fmtSample formats a throughput (bytes > 0; with the message rate for
+// small messages) or a round-trip time.
 func fmtSample(nsPerOp float64, bytes int) string {
-	if bytes > 0 {
+	switch {
+	case bytes >= bareSmall:
 		return fmt.Sprintf("%.1f MB/s", float64(bytes)*1e3/nsPerOp)
+	case bytes > 0:
+		return fmt.Sprintf("%.1f MB/s %.3f Mmsg/s", float64(bytes)*1e3/nsPerOp, 1e3/nsPerOp)
 	}
 	return fmt.Sprintf("%.1f µs", nsPerOp/1e3)
 }
@@ -671,18 +834,46 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// judge compares a ratio with a case's target: "pass", "miss" or, for a
+// case with a milestone, "miss (milestone pass)".
+func (c *gosiwCase) judge(ratio float64) (string, bool) {
+	switch {
+	case ratio >= c.target:
+		return "pass", true
+	case c.milestone > 0 && ratio >= c.milestone:
+		return "miss (milestone pass)", false
+	}
+	return "miss", false
+}
+
+func (c *gosiwCase) targetText() string {
+	if c.Op == "pingpong" {
+		s := fmt.Sprintf("time<=%.2fx", 1/c.target)
+		if c.milestone > 0 {
+			s += fmt.Sprintf(" (first %.2gx)", 1/c.milestone)
+		}
+		return s
+	}
+	s := fmt.Sprintf(">=%.2f", c.target)
+	if c.Size < bareSmall {
+		s += " msg/s"
+	}
+	return s
+}
+
 func (r *runner) print(w io.Writer) int {
-	fmt.Fprintf(w, "gosiw vs raw TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; load average %s at start, %s at end; took %v\n",
+	fmt.Fprintf(w, "gosiw vs bare TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; load average %s at start, %s at end; took %v\n",
 		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
 	if r.o.maxULPDU != 0 {
 		fmt.Fprintf(w, "gosiw QPs with MaxULPDU %d (not the default)\n", r.o.maxULPDU)
 	}
-	fmt.Fprintln(w, "(MB/s: message bytes per second; µs: round trip of a 64-byte ping-pong; ratio: gosiw/raw throughput or raw/gosiw time;")
-	fmt.Fprintln(w, " cpu: raw/gosiw process CPU time per operation, both ends included, less sensitive to other load; higher is better for both)")
+	fmt.Fprintln(w, "(MB/s: message bytes per second, Mmsg/s: millions of messages per second; µs: round trip of a 64-byte ping-pong;")
+	fmt.Fprintln(w, " ratio: gosiw/bare throughput or bare/gosiw time; cpu: bare/gosiw process CPU time per operation, both ends included,")
+	fmt.Fprintln(w, " less sensitive to other load; mirrored: the ratio to the mirrored baseline, a diagnostic; higher is better for all)")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "op\tsize\tcrc\tlink\tgosiw\traw TCP\tratio\ttarget\tresult\tallocs/op\tcpu\t")
-	var missed, errs, allocFails []string
+	fmt.Fprintln(tw, "op\tsize\tcrc\tlink\tgosiw\tbare TCP\tbaseline\tratio\ttarget\tresult\tallocs/op\tcpu\tmirrored\t")
+	var missed, errs, allocMiss []string
 	passed := 0
 	for _, c := range r.cases {
 		row := fmt.Sprintf("%s\t%d\t%s\t%s\t", c.Op, c.Size, onOff(c.CRC), c.Link)
@@ -690,19 +881,19 @@ func (r *runner) print(w io.Writer) int {
 			if c.err != errVethSkipped {
 				errs = append(errs, fmt.Sprintf("%s: %v", c.name(), c.err))
 			}
-			fmt.Fprintf(tw, "%s%s\t\t\t\t\t\t\n", row, shortErr(c.err))
+			fmt.Fprintf(tw, "%s%s\t\t\t\t\t\t\t\t\t\n", row, shortErr(c.err))
 			continue
 		}
 		if c.best == nil {
-			fmt.Fprintf(tw, "%snot run\t\t\t\t\t\t\n", row)
+			fmt.Fprintf(tw, "%snot run\t\t\t\t\t\t\t\t\t\n", row)
 			continue
 		}
-		raw := "-"
-		if c.raw.err != nil {
-			raw = "error"
-			errs = append(errs, fmt.Sprintf("raw baseline of %s: %v", c.name(), c.raw.err))
-		} else if c.raw.best != nil {
-			raw = fmtSample(c.raw.best.NsPerOp, c.bytes())
+		bare := "-"
+		if c.bare.err != nil {
+			bare = "error"
+			errs = append(errs, fmt.Sprintf("bare baseline of %s: %v", c.name(), c.bare.err))
+		} else if c.bare.best != nil {
+			bare = fmtSample(c.bare.best.NsPerOp, c.bytes())
 		}
 		ratio, ok := c.ratio()
 		rs, tgt, res := "-", "-", "-"
@@ -710,35 +901,38 @@ func (r *runner) print(w io.Writer) int {
 			rs = fmt.Sprintf("%.2f", ratio)
 		}
 		if c.target > 0 {
-			tgt = fmt.Sprintf(">=%.2f", c.target)
-			if c.Op == "pingpong" {
-				tgt += " (time<=1.3x)"
-			}
-			switch {
-			case !ok:
+			tgt = c.targetText()
+			if !ok {
 				res = "n/a"
-			case ratio >= c.target:
-				res = "pass"
-				passed++
-			default:
-				res = "FAIL"
-				missed = append(missed, fmt.Sprintf("%s %.2f < %.2f", c.name(), ratio, c.target))
+			} else {
+				var pass bool
+				res, pass = c.judge(ratio)
+				if pass {
+					passed++
+				} else {
+					missed = append(missed, fmt.Sprintf("%s %.2f < %.2f", c.name(), ratio, c.target))
+				}
 			}
 		}
 		allocs := fmt.Sprint(c.maxAllocs)
 		if c.maxAllocs > 0 {
-			allocs += " FAIL"
-			allocFails = append(allocFails, fmt.Sprintf("%s %d allocs/op", c.name(), c.maxAllocs))
+			allocs += " miss"
+			allocMiss = append(allocMiss, fmt.Sprintf("%s %d allocs/op", c.name(), c.maxAllocs))
 		}
 		cpu := "-"
 		if cr, ok := c.cpuRatio(); ok {
 			cpu = fmt.Sprintf("%.2f", cr)
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row, fmtSample(c.best.NsPerOp, c.bytes()), raw, rs, tgt, res, allocs, cpu)
+		mir := "-"
+		if mr, ok := c.ratioTo(c.mirror); ok {
+			mir = fmt.Sprintf("%.2f", mr)
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row, fmtSample(c.best.NsPerOp, c.bytes()), bare, c.bare.Kind, rs, tgt, res, allocs, cpu, mir)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "raw TCP baselines (stream: Write and Send; reqresp: Read; pingpong: through sender/receiver goroutines; echo: reference):")
+	fmt.Fprintln(w, "TCP baselines (bare: bulk = one writer, one reader; batched = bufio.Writer/bufio.Reader; bulk4 = four bulk streams, aggregate;")
+	fmt.Fprintln(w, "echo = write then read, one goroutine each side. mirrored, a diagnostic: stream, reqresp, pingpong through the QP's goroutine structure):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "kind\tsize\tlink\tbest\truns\tallocs/op\t")
 	for _, rc := range r.raws {
@@ -762,33 +956,21 @@ func (r *runner) print(w io.Writer) int {
 			measured++
 		}
 	}
-	fmt.Fprintf(w, "ratio targets: %d pass, %d FAIL", passed, len(missed))
+	fmt.Fprintf(w, "ratio targets: %d pass, %d miss", passed, len(missed))
 	if len(missed) > 0 {
 		fmt.Fprintf(w, " (%s)", strings.Join(missed, "; "))
 	}
 	fmt.Fprintln(w)
-	if len(allocFails) == 0 {
+	if len(allocMiss) == 0 {
 		fmt.Fprintf(w, "0 allocs/op: pass (every run of %d gosiw cases)\n", measured)
 	} else {
-		fmt.Fprintf(w, "0 allocs/op: FAIL (%s)\n", strings.Join(allocFails, "; "))
+		fmt.Fprintf(w, "0 allocs/op: miss (%s)\n", strings.Join(allocMiss, "; "))
 	}
-	for _, link := range r.o.links {
-		var echo *rawCase
-		for _, rc := range r.raws {
-			if rc.Kind == "echo" && rc.Link == link {
-				echo = rc
-			}
-		}
-		if echo == nil || echo.best == nil {
-			continue
-		}
-		line := fmt.Sprintf("reference, %s: raw TCP echo with no goroutine handoffs %s", link, fmtSample(echo.best.NsPerOp, 0))
-		for _, c := range r.cases {
-			if c.Op == "pingpong" && c.Link == link && c.best != nil {
-				line += fmt.Sprintf("; gosiw pingpong crc=%s is %.2fx that", onOff(c.CRC), c.best.NsPerOp/echo.best.NsPerOp)
-			}
-		}
-		fmt.Fprintln(w, line)
+	for _, cl := range r.ceilings {
+		fmt.Fprintln(w, r.ceilingLine(cl))
+	}
+	if r.idle != nil || r.idleErr != nil {
+		fmt.Fprintln(w, r.idleLine())
 	}
 	if r.veth != nil {
 		fmt.Fprintf(w, "veth: %s, TCP MSS %d\n", r.veth, r.vethMSS)
@@ -800,18 +982,47 @@ func (r *runner) print(w io.Writer) int {
 		fmt.Fprintf(w, "error: %s\n", e)
 	}
 	fmt.Fprintln(w)
-	for _, c := range r.cases {
-		if ratio, ok := c.ratio(); ok {
-			fmt.Fprintf(w, "ratio op=%s size=%d crc=%s link=%s value=%.2f\n", c.Op, c.Size, onOff(c.CRC), c.Link, ratio)
+	for _, mirrored := range []bool{false, true} {
+		for _, c := range r.cases {
+			base, kind := c.bare, "bare"
+			if mirrored {
+				base, kind = c.mirror, "mirrored"
+			}
+			if ratio, ok := c.ratioTo(base); ok {
+				fmt.Fprintf(w, "ratio op=%s size=%d crc=%s link=%s baseline=%s value=%.2f\n", c.Op, c.Size, onOff(c.CRC), c.Link, kind, ratio)
+			}
 		}
 	}
 	switch {
 	case len(errs) > 0:
 		return 1
-	case r.o.strict && (len(missed) > 0 || len(allocFails) > 0):
+	case r.o.strict && (len(missed) > 0 || len(allocMiss) > 0):
 		return 1
 	}
 	return 0
+}
+
+// ceilingLine reports iperf3's figure on a link beside the bare bulk
+// baseline and gosiw's 1 MiB Write.
+func (r *runner) ceilingLine(cl *ceiling) string {
+	if cl.err != nil {
+		return fmt.Sprintf("ceiling, %s: iperf3 not measured: %v", cl.Link, cl.err)
+	}
+	if cl.best == 0 {
+		return fmt.Sprintf("ceiling, %s: iperf3 not measured", cl.Link)
+	}
+	line := fmt.Sprintf("ceiling, %s: iperf3 (one stream, 1 MiB writes) %.1f MB/s (%.1f Gbit/s)", cl.Link, cl.best/8/1e6, cl.best/1e9)
+	for _, rc := range r.raws {
+		if rc.Kind == "bulk" && rc.Size == 1<<20 && rc.Link == cl.Link && rc.best != nil {
+			line += fmt.Sprintf("; bare bulk 1 MiB is %.2f of it", float64(rc.Size)*8e9/rc.best.NsPerOp/cl.best)
+		}
+	}
+	for _, c := range r.cases {
+		if c.Op == "write" && c.Size == 1<<20 && c.Link == cl.Link && c.best != nil {
+			line += fmt.Sprintf("; gosiw write 1 MiB crc=%s %.2f", onOff(c.CRC), float64(c.Size)*8e9/c.best.NsPerOp/cl.best)
+		}
+	}
+	return line
 }
 
 func shortErr(err error) string {
@@ -823,41 +1034,51 @@ func shortErr(err error) string {
 
 type jsonCase struct {
 	*gosiwCase
-	GosiwNsPerOp float64  `json:"gosiw_ns_per_op,omitempty"`
-	GosiwMBps    float64  `json:"gosiw_mb_per_s,omitempty"`
-	RawNsPerOp   float64  `json:"raw_ns_per_op,omitempty"`
-	RawMBps      float64  `json:"raw_mb_per_s,omitempty"`
-	Ratio        *float64 `json:"ratio,omitempty"`
-	CPURatio     *float64 `json:"cpu_ratio,omitempty"`
-	Target       float64  `json:"target,omitempty"`
-	Pass         *bool    `json:"pass,omitempty"`
-	AllocsPerOp  int64    `json:"allocs_per_op"`
-	Runs         []sample `json:"runs,omitempty"`
-	RawRuns      []sample `json:"raw_runs,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	GosiwNsPerOp  float64  `json:"gosiw_ns_per_op,omitempty"`
+	GosiwMBps     float64  `json:"gosiw_mb_per_s,omitempty"`
+	Baseline      string   `json:"baseline"`
+	RawNsPerOp    float64  `json:"raw_ns_per_op,omitempty"`
+	RawMBps       float64  `json:"raw_mb_per_s,omitempty"`
+	Ratio         *float64 `json:"ratio,omitempty"`
+	CPURatio      *float64 `json:"cpu_ratio,omitempty"`
+	MirrorNsPerOp float64  `json:"mirrored_ns_per_op,omitempty"`
+	MirrorRatio   *float64 `json:"mirrored_ratio,omitempty"`
+	Target        float64  `json:"target,omitempty"`
+	Milestone     float64  `json:"milestone,omitempty"`
+	Pass          *bool    `json:"pass,omitempty"`
+	AllocsPerOp   int64    `json:"allocs_per_op"`
+	Runs          []sample `json:"runs,omitempty"`
+	RawRuns       []sample `json:"raw_runs,omitempty"`
+	Error         string   `json:"error,omitempty"`
 }
 
 func (r *runner) printJSON(w io.Writer) int {
 	out := struct {
-		GoVersion  string     `json:"go_version"`
-		GOMAXPROCS int        `json:"gomaxprocs"`
-		Time       string     `json:"time_per_run"`
-		Count      int        `json:"count"`
-		LoadStart  string     `json:"load_start"`
-		LoadEnd    string     `json:"load_end"`
-		MaxULPDU   int        `json:"max_ulpdu,omitempty"`
-		VethMSS    int        `json:"veth_mss,omitempty"`
-		VethError  string     `json:"veth_error,omitempty"`
-		Cases      []jsonCase `json:"cases"`
-		Raw        []jsonRaw  `json:"raw"`
+		GoVersion  string      `json:"go_version"`
+		GOMAXPROCS int         `json:"gomaxprocs"`
+		Time       string      `json:"time_per_run"`
+		Count      int         `json:"count"`
+		LoadStart  string      `json:"load_start"`
+		LoadEnd    string      `json:"load_end"`
+		MaxULPDU   int         `json:"max_ulpdu,omitempty"`
+		VethMSS    int         `json:"veth_mss,omitempty"`
+		VethError  string      `json:"veth_error,omitempty"`
+		Cases      []jsonCase  `json:"cases"`
+		Raw        []jsonRaw   `json:"raw"`
+		Ceilings   []jsonCeil  `json:"iperf3,omitempty"`
+		IdleQPs    *idleResult `json:"idle_qps,omitempty"`
+		IdleError  string      `json:"idle_qps_error,omitempty"`
 	}{GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), Time: r.o.time.String(), Count: r.o.count,
-		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU}
+		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, IdleQPs: r.idle}
 	if r.vethErr != nil {
 		out.VethError = r.vethErr.Error()
 	}
+	if r.idleErr != nil {
+		out.IdleQPs, out.IdleError = nil, r.idleErr.Error()
+	}
 	code := 0
 	for _, c := range r.cases {
-		j := jsonCase{gosiwCase: c, Target: c.target, AllocsPerOp: c.maxAllocs, Runs: c.all, RawRuns: c.raw.all}
+		j := jsonCase{gosiwCase: c, Baseline: c.bare.Kind, Target: c.target, Milestone: c.milestone, AllocsPerOp: c.maxAllocs, Runs: c.all, RawRuns: c.bare.all}
 		if c.err != nil {
 			j.Error = c.err.Error()
 			if c.err != errVethSkipped {
@@ -870,11 +1091,17 @@ func (r *runner) printJSON(w io.Writer) int {
 				j.GosiwMBps = float64(c.bytes()) * 1e3 / c.best.NsPerOp
 			}
 		}
-		if c.raw.best != nil {
-			j.RawNsPerOp = c.raw.best.NsPerOp
+		if c.bare.best != nil {
+			j.RawNsPerOp = c.bare.best.NsPerOp
 			if c.bytes() > 0 {
-				j.RawMBps = float64(c.bytes()) * 1e3 / c.raw.best.NsPerOp
+				j.RawMBps = float64(c.bytes()) * 1e3 / c.bare.best.NsPerOp
 			}
+		}
+		if c.mirror != nil && c.mirror.best != nil {
+			j.MirrorNsPerOp = c.mirror.best.NsPerOp
+		}
+		if mr, ok := c.ratioTo(c.mirror); ok {
+			j.MirrorRatio = &mr
 		}
 		if cr, ok := c.cpuRatio(); ok {
 			j.CPURatio = &cr
@@ -882,14 +1109,14 @@ func (r *runner) printJSON(w io.Writer) int {
 		if ratio, ok := c.ratio(); ok {
 			j.Ratio = &ratio
 			if c.target > 0 {
-				p := ratio >= c.target
+				_, p := c.judge(ratio)
 				j.Pass = &p
 			}
 		}
 		out.Cases = append(out.Cases, j)
 	}
 	for _, rc := range r.raws {
-		j := jsonRaw{rawCase: rc, Runs: rc.all}
+		j := jsonRaw{rawCase: rc, Bare: rc.bare(), Runs: rc.all}
 		if rc.best != nil {
 			j.NsPerOp = rc.best.NsPerOp
 		}
@@ -898,6 +1125,13 @@ func (r *runner) printJSON(w io.Writer) int {
 			code = 1
 		}
 		out.Raw = append(out.Raw, j)
+	}
+	for _, cl := range r.ceilings {
+		j := jsonCeil{Link: cl.Link, BitsPerSecond: cl.best}
+		if cl.err != nil {
+			j.Error = cl.err.Error()
+		}
+		out.Ceilings = append(out.Ceilings, j)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -910,7 +1144,14 @@ func (r *runner) printJSON(w io.Writer) int {
 
 type jsonRaw struct {
 	*rawCase
+	Bare    bool     `json:"bare"`
 	NsPerOp float64  `json:"ns_per_op,omitempty"`
 	Runs    []sample `json:"runs,omitempty"`
 	Error   string   `json:"error,omitempty"`
+}
+
+type jsonCeil struct {
+	Link          string  `json:"link"`
+	BitsPerSecond float64 `json:"bits_per_second,omitempty"`
+	Error         string  `json:"error,omitempty"`
 }

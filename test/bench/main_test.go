@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/gosiw/gosiw/rdmap"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestWorkloads runs every workload a few times over loopback: the
 // fixtures survive consecutive runs of any kind (no bytes, receives or
@@ -17,10 +24,11 @@ import (
 func TestWorkloads(t *testing.T) {
 	r := newRunner(&options{})
 	t.Cleanup(r.closeFixtures)
-	raw, err := r.rawFixture("lo")
+	raws, err := r.rawFixtures("lo", multiQPs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	raw := raws[0]
 	for _, size := range sizes {
 		for _, run := range []struct {
 			name string
@@ -30,6 +38,9 @@ func TestWorkloads(t *testing.T) {
 			{"reqresp", func(n int) error { return rawReqResp(nopBench{}, n, raw, size, readDepth) }},
 			{"pingpong", func(n int) error { return rawPingPong(nopBench{}, n, raw, size) }},
 			{"echo", func(n int) error { return rawEcho(nopBench{}, n, raw, size) }},
+			{"bulk", func(n int) error { return bareBulk(nopBench{}, n, []*rawFixture{raw}, size) }},
+			{"batched", func(n int) error { return bareBatched(nopBench{}, n, raw, size) }},
+			{"bulk4", func(n int) error { return bareBulk(nopBench{}, n, raws, size) }},
 		} {
 			for _, n := range []int{1, 3 * depth} {
 				if err := run.fn(n); err != nil {
@@ -39,10 +50,11 @@ func TestWorkloads(t *testing.T) {
 		}
 	}
 	for _, crc := range []bool{false, true} {
-		f, err := r.gosiwFixture("lo", crc)
+		fs, err := r.gosiwFixtures("lo", crc, multiQPs)
 		if err != nil {
 			t.Fatal(err)
 		}
+		f := fs[0]
 		for _, size := range sizes {
 			for _, run := range []struct {
 				name string
@@ -52,6 +64,7 @@ func TestWorkloads(t *testing.T) {
 				{"read", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRRead, size, readDepth) }},
 				{"send", func(n int) error { return gosiwSend(nopBench{}, n, f, size) }},
 				{"pingpong", func(n int) error { return gosiwPingPong(nopBench{}, n, f, size) }},
+				{"write-4qp", func(n int) error { return gosiwStreams(nopBench{}, n, fs, rdmap.WRWrite, size, depth) }},
 			} {
 				for _, n := range []int{1, 3 * recvPosted} {
 					if err := run.fn(n); err != nil {
@@ -61,26 +74,109 @@ func TestWorkloads(t *testing.T) {
 			}
 		}
 		// Every receive is posted again.
-		if n := f.b.cq.Len() + f.a.cq.Len(); n != 0 {
-			t.Errorf("%d completions left over", n)
+		for _, f := range fs {
+			if n := f.b.cq.Len() + f.a.cq.Len(); n != 0 {
+				t.Errorf("%d completions left over", n)
+			}
 		}
 	}
 }
 
-var ratioLine = regexp.MustCompile(`^ratio op=(write|read|send|pingpong) size=[0-9]+ crc=(on|off) link=(lo|veth) value=[0-9]+\.[0-9]{2}$`)
+// TestBareBulkCounts: the bulk baseline splits n messages between its
+// connections and each reader stops at exactly its share: the next run on
+// the same connections finds no byte left over (its first read would see
+// the wrong sequence number).
+func TestBareBulkCounts(t *testing.T) {
+	r := newRunner(&options{})
+	t.Cleanup(r.closeFixtures)
+	fs, err := r.rawFixtures("lo", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2, 7} {
+		if err := bareBulk(nopBench{}, n, fs, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if err := bareBatched(nopBench{}, 5, fs[0], 64); err != nil {
+			t.Fatalf("after bulk n=%d: %v", n, err)
+		}
+	}
+	for parts, want := range map[int][]int{1: {7}, 3: {3, 2, 2}, 4: {2, 2, 2, 1}} {
+		sum := 0
+		for i := range parts {
+			if got := share(7, parts, i); got != want[i] {
+				t.Errorf("share(7, %d, %d) = %d, want %d", parts, i, got, want[i])
+			}
+			sum += share(7, parts, i)
+		}
+		if sum != 7 {
+			t.Errorf("shares of 7 in %d sum to %d", parts, sum)
+		}
+	}
+}
+
+// TestReadSequence: the batched baseline's reader notices a lost,
+// repeated or torn message.
+func TestReadSequence(t *testing.T) {
+	msg := func(seq uint64) []byte {
+		b := make([]byte, 16)
+		binary.BigEndian.PutUint64(b, seq)
+		return b
+	}
+	good := slices.Concat(msg(0), msg(1), msg(2))
+	if err := readSequence(bufio.NewReader(bytes.NewReader(good)), make([]byte, 16), 3); err != nil {
+		t.Errorf("good stream: %v", err)
+	}
+	for name, in := range map[string][]byte{
+		"lost":     slices.Concat(msg(0), msg(2), msg(3)),
+		"repeated": slices.Concat(msg(0), msg(0), msg(1)),
+		"torn":     slices.Concat(msg(0), msg(1)[:8], msg(2)),
+		"short":    slices.Concat(msg(0), msg(1)),
+	} {
+		if err := readSequence(bufio.NewReader(bytes.NewReader(in)), make([]byte, 16), 3); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestIdleQPMemory connects a few idle QP pairs: the helper behind
+// -idleqps works and cleans up (goleak checks the goroutines). No
+// assertion on the figure yet (issue 11's target is 32 KiB per pair).
+func TestIdleQPMemory(t *testing.T) {
+	res, err := idleQPMemory(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Pairs != 10 || res.Goroutines <= 0 {
+		t.Errorf("result %+v", res)
+	}
+	t.Logf("%+v", res)
+}
+
+var ratioLine = regexp.MustCompile(`^ratio op=(write|read|send|write-4qp|pingpong) size=[0-9]+ crc=(on|off) link=(lo|veth) baseline=(bare|mirrored) value=[0-9]+\.[0-9]{2}$`)
 
 // TestOutput: the table, then one ratio line per measured case and
-// nothing after them; cases that did not run get no ratio line.
+// baseline and nothing after them; cases that did not run get no ratio
+// line; a missed target is "miss".
 func TestOutput(t *testing.T) {
 	r := newRunner(&options{time: time.Second, count: 1, links: []string{"lo", "veth"}, run: regexp.MustCompile("")})
-	lo := &rawCase{Kind: "stream", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 500_000}}
-	pp := &rawCase{Kind: "pingpong", Size: 64, Link: "lo", best: &sample{NsPerOp: 20_000}}
-	r.raws = []*rawCase{lo, pp}
+	bulk := &rawCase{Kind: "bulk", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 500_000}}
+	stream := &rawCase{Kind: "stream", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 600_000}}
+	batched := &rawCase{Kind: "batched", Size: 64, Link: "lo", best: &sample{NsPerOp: 100}}
+	echo := &rawCase{Kind: "echo", Size: 64, Link: "lo", best: &sample{NsPerOp: 20_000}}
+	r.raws = []*rawCase{bulk, stream, batched, echo}
+	r.ceilings = []*ceiling{{Link: "lo", best: 40e9}}
+	mk := func(op string, size int, crc bool, bare, mirror *rawCase, ns float64, allocs int64) *gosiwCase {
+		c := &gosiwCase{Op: op, Size: size, CRC: crc, Link: "lo", bare: bare, mirror: mirror, best: &sample{NsPerOp: ns}, maxAllocs: allocs}
+		c.target, c.milestone = target(op, size, crc, "lo")
+		return c
+	}
 	r.cases = []*gosiwCase{
-		{Op: "write", Size: 1 << 20, Link: "lo", raw: lo, target: target("write", 1<<20, false, "lo"), best: &sample{NsPerOp: 550_000}},
-		{Op: "write", Size: 1 << 20, CRC: true, Link: "lo", raw: lo, target: target("write", 1<<20, true, "lo"), best: &sample{NsPerOp: 800_000}, maxAllocs: 1},
-		{Op: "pingpong", Size: 64, Link: "lo", raw: pp, target: target("pingpong", 64, false, "lo"), best: &sample{NsPerOp: 25_000}},
-		{Op: "write", Size: 1 << 20, Link: "veth", raw: &rawCase{Kind: "stream", Size: 1 << 20, Link: "veth"}, err: errVethSkipped},
+		mk("write", 1<<20, false, bulk, stream, 520_000, 0),
+		mk("write", 1<<20, true, bulk, stream, 800_000, 1),
+		mk("send", 64, false, batched, nil, 125, 0),
+		mk("pingpong", 64, false, echo, nil, 28_000, 0),
+		{Op: "write", Size: 1 << 20, Link: "veth", bare: &rawCase{Kind: "bulk", Size: 1 << 20, Link: "veth"}, err: errVethSkipped},
 	}
 	r.vethErr = fmt.Errorf("needs root")
 	var out bytes.Buffer
@@ -88,12 +184,20 @@ func TestOutput(t *testing.T) {
 		t.Errorf("exit code %d", code)
 	}
 	s := out.String()
-	if row := regexp.MustCompile(`(?m)^write +1048576 +off +lo +1906\.5 MB/s +2097\.2 MB/s +0\.91 +>=0\.90 +pass +0 +- *$`); !row.MatchString(s) {
-		t.Errorf("no row matching %v:\n%s", row, s)
+	for _, row := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^write +1048576 +off +lo +2016\.5 MB/s +2097\.2 MB/s +bulk +0\.96 +>=0\.95 +pass +0 +- +1\.15 *$`),
+		regexp.MustCompile(`(?m)^write +1048576 +on +lo +1310\.7 MB/s +2097\.2 MB/s +bulk +0\.62 +>=0\.85 +miss +1 miss +- +0\.75 *$`),
+		regexp.MustCompile(`(?m)^send +64 +off +lo +512\.0 MB/s 8\.000 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.80 +>=0\.70 msg/s +pass +0 +- +- *$`),
+		regexp.MustCompile(`(?m)^pingpong +64 +off +lo +28\.0 µs +20\.0 µs +echo +0\.71 +time<=1\.25x \(first 1\.5x\) +miss \(milestone pass\) +0 +- +- *$`),
+	} {
+		if !row.MatchString(s) {
+			t.Errorf("no row matching %v:\n%s", row, s)
+		}
 	}
 	for _, want := range []string{
-		"ratio targets: 2 pass, 1 FAIL (write/1048576/crc=on/lo 0.62 < 0.75)",
-		"0 allocs/op: FAIL (write/1048576/crc=on/lo 1 allocs/op)",
+		"ratio targets: 2 pass, 2 miss (write/1048576/crc=on/lo 0.62 < 0.85; pingpong/64/crc=off/lo 0.71 < 0.80)",
+		"0 allocs/op: miss (write/1048576/crc=on/lo 1 allocs/op)",
+		"ceiling, lo: iperf3 (one stream, 1 MiB writes) 5000.0 MB/s (40.0 Gbit/s); bare bulk 1 MiB is 0.42 of it; gosiw write 1 MiB crc=off 0.40; gosiw write 1 MiB crc=on 0.26",
 		"veth cases NOT RUN: needs root",
 		"not run (veth)",
 	} {
@@ -101,19 +205,25 @@ func TestOutput(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
 	}
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	tail := lines[len(lines)-3:]
-	want := []string{
-		"ratio op=write size=1048576 crc=off link=lo value=0.91",
-		"ratio op=write size=1048576 crc=on link=lo value=0.62",
-		"ratio op=pingpong size=64 crc=off link=lo value=0.80",
+	if strings.Contains(s, "FAIL") {
+		t.Errorf("a missed target printed as FAIL:\n%s", s)
 	}
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	want := []string{
+		"ratio op=write size=1048576 crc=off link=lo baseline=bare value=0.96",
+		"ratio op=write size=1048576 crc=on link=lo baseline=bare value=0.62",
+		"ratio op=send size=64 crc=off link=lo baseline=bare value=0.80",
+		"ratio op=pingpong size=64 crc=off link=lo baseline=bare value=0.71",
+		"ratio op=write size=1048576 crc=off link=lo baseline=mirrored value=1.15",
+		"ratio op=write size=1048576 crc=on link=lo baseline=mirrored value=0.75",
+	}
+	tail := lines[len(lines)-len(want):]
 	for i, l := range tail {
 		if l != want[i] || !ratioLine.MatchString(l) {
 			t.Errorf("line %q, want %q", l, want[i])
 		}
 	}
-	if n := len(regexp.MustCompile(`(?m)^ratio op=`).FindAllString(s, -1)); n != 3 {
-		t.Errorf("want 3 ratio lines:\n%s", s)
+	if n := len(regexp.MustCompile(`(?m)^ratio op=`).FindAllString(s, -1)); n != len(want) {
+		t.Errorf("want %d ratio lines:\n%s", len(want), s)
 	}
 }

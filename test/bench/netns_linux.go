@@ -192,3 +192,9 @@ func mss(c net.Conn) int {
 	})
 	return v
 }
+
+// iperfPrefixes returns the command prefixes that run iperf3's server in
+// namespace a and its client in b, and the server's address.
+func (v *vethLink) iperfPrefixes() (server, client []string, host string) {
+	return []string{v.ip, "netns", "exec", v.nsA}, []string{v.ip, "netns", "exec", v.nsB}, v.addrA
+}

@@ -22,3 +22,7 @@ func (v *vethLink) pair() (net.Conn, net.Conn, error) {
 }
 
 func mss(net.Conn) int { return 0 }
+
+func (v *vethLink) iperfPrefixes() (server, client []string, host string) {
+	return nil, nil, "127.0.0.1"
+}

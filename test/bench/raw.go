@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// The raw TCP baselines move the same messages over a plain TCP
-// connection with the goroutine structure of a QP pair: on each side an
+// The mirrored baselines (a diagnostic: no target is judged against
+// them; bare.go has the baselines that are) move the same messages over
+// a plain TCP connection with the goroutine structure of a QP pair: on each side an
 // application goroutine (the benchmark's), a sender goroutine that takes
 // what the application posted and writes it, batched into one writev as
 // the QP's send engine does, and a receiver goroutine that reads
@@ -21,7 +22,7 @@ import (
 //	stream    (write, send)  app -> sender ==> receiver           (depth in flight)
 //	reqresp   (read)         app -> sender ==> receiver -> sender ==> receiver -> app
 //	pingpong                 app -> sender ==> receiver -> app -> sender ==> receiver -> app
-//	echo      (reference)    app ==> app ==> app                  (no handoffs)
+//	echo      (bare, bare.go) app ==> app ==> app                 (no handoffs)
 
 // Largest batch one writev carries (the QP's send engine stops a batch at
 // 512 KiB).
@@ -34,9 +35,10 @@ const readRequestLen = 28
 type rawFixture struct {
 	c, s     net.Conn // c: the client (dialer), s: the server (acceptor)
 	cbr, sbr *bufio.Reader
-	cbuf     []byte // client receive buffer
-	sbuf     []byte // server receive buffer
-	msg      []byte // payload written (either side)
+	bw       *bufio.Writer // the batched baseline's, on c
+	cbuf     []byte        // client receive buffer
+	sbuf     []byte        // server receive buffer
+	msg      []byte        // payload written (either side)
 	req      []byte
 	// Posting and completion queues.
 	sq, cq, srq, ssq chan int
@@ -50,8 +52,9 @@ func newRawFixture(c, s net.Conn) *rawFixture {
 	const q = 1024
 	return &rawFixture{
 		c: c, s: s,
-		cbr:  bufio.NewReaderSize(c, 64<<10),
-		sbr:  bufio.NewReaderSize(s, 64<<10),
+		cbr:  bufio.NewReaderSize(c, bareBufSize),
+		sbr:  bufio.NewReaderSize(s, bareBufSize),
+		bw:   bufio.NewWriterSize(c, bareBufSize),
 		cbuf: make([]byte, maxSize),
 		sbuf: make([]byte, maxSize),
 		msg:  make([]byte, maxSize),
@@ -246,9 +249,9 @@ func rawPingPong(b bench, n int, f *rawFixture, size int) error {
 	return f.end(5)
 }
 
-// rawEcho is the plainest TCP ping-pong: the client writes and reads,
-// the server reads and writes, with no goroutine in between. It is a
-// reference, not the baseline of a ratio.
+// rawEcho is the bare baseline of the ping-pong, the plainest TCP echo:
+// the client writes and reads, the server reads and writes, with no
+// goroutine in between.
 func rawEcho(b bench, n int, f *rawFixture, size int) error {
 	f.begin()
 	b.ReportAllocs()
