@@ -12,6 +12,7 @@ import (
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // TestTruncatedFileRegion: a file-backed region whose file another
@@ -121,7 +122,7 @@ func testTruncatedRegion(t *testing.T, crc bool, faultOp rdmap.WROpcode) {
 	}
 	<-a.conn.Done()
 	var te *rdmap.TerminateError
-	if err := a.qp.Err(); crc && faultOp == rdmap.WRRead && (!errors.As(err, &te) || !te.Remote || te.EType != rdmap.ETypeLocalCatastrophic) {
+	if err := a.qp.Err(); crc && faultOp == rdmap.WRRead && (!errors.As(err, &te) || !te.Remote || te.EType != wire.ETypeLocalCatastrophic) {
 		t.Errorf("client of the truncated region: %v, want siwd's local catastrophic Terminate", err)
 	} else {
 		t.Logf("client of the truncated region: %v", err)

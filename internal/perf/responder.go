@@ -14,6 +14,7 @@ import (
 	"github.com/gosiw/gosiw/internal/daemon"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // ConnInfo tells ServerConfig.OnConn about a connection: when it is
@@ -214,13 +215,13 @@ func newMeters(m *daemon.Metrics, op Op) meters {
 	var rx, tx string
 	switch op {
 	case OpWrite:
-		rx = rdmap.OpWrite.String()
+		rx = wire.OpWrite.String()
 	case OpRead:
-		rx, tx = rdmap.OpReadRequest.String(), rdmap.OpReadResponse.String()
+		rx, tx = wire.OpReadRequest.String(), wire.OpReadResponse.String()
 	case OpSend:
-		rx = rdmap.OpSend.String()
+		rx = wire.OpSend.String()
 	case OpPingPong:
-		rx, tx = rdmap.OpSend.String(), rdmap.OpSend.String()
+		rx, tx = wire.OpSend.String(), wire.OpSend.String()
 	}
 	ms := meters{rxOps: m.Ops.WithLabelValues("rx", rx), rxBytes: m.Bytes.WithLabelValues("rx", rx)}
 	if tx != "" {
