@@ -12,13 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/internal/bufpool"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
@@ -513,11 +512,11 @@ func (rx *rxEngine) readvFD(fd uintptr) bool {
 			rx.vn, rx.verr = 0, errCut
 			return true
 		}
-		n, err := unix.Readv(int(fd), rx.viov[:])
+		n, err := sys.Readv(fd, rx.viov[:])
 		switch err {
-		case unix.EINTR:
+		case syscall.EINTR:
 			continue
-		case unix.EAGAIN:
+		case syscall.EAGAIN:
 			return false
 		}
 		rx.vn, rx.verr = n, err

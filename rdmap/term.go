@@ -5,11 +5,9 @@ import (
 	"os"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/internal/sys"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
@@ -108,7 +106,7 @@ func sockError(c net.Conn) error {
 	}
 	var serr int
 	if err := rc.Control(func(fd uintptr) {
-		serr, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		serr = sys.SockError(fd)
 	}); err != nil || serr == 0 {
 		return nil
 	}

@@ -8,8 +8,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/internal/bufpool"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 

@@ -42,7 +42,6 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/rping"
-	"github.com/gosiw/gosiw/internal/sys"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -164,7 +163,7 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 			return nil, fmt.Errorf("region %s: %w", r.Name, err)
 		}
 	}
-	fm, err := sys.MapFile(f, r.Size, writable)
+	fm, err := mapFile(f, r.Size, writable)
 	if err != nil {
 		return nil, fmt.Errorf("region %s: map %s: %w", r.Name, r.File, err)
 	}
