@@ -75,6 +75,10 @@
 // engine. The engines use it; rdmap re-exports none of it: TerminateError
 // reports a wire.Layer and a wire.Layout.
 //
+// The system calls (readv, SO_ERROR, TCP_MAXSEG, guarded mappings) go
+// through rdmap/internal/sys and the data path's buffers come from
+// rdmap/internal/bufpool; nothing outside rdmap imports either.
+//
 // gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
 // file at the root of the module.
 package rdmap

@@ -6,7 +6,7 @@
 // Which service a connection wants is told by its MPA private data:
 //
 //	empty                  rping responder (rping sends no private data)
-//	"gosiw-region/1 NAME"  exported region NAME (see RegionReply)
+//	"gosiw-region/1 NAME"  exported region NAME (see proto.RegionReply)
 //	"gosiw-perf/1 ..."     perf responder (see package perf)
 //
 // A refused client gets an MPA Reply with R set whose private data is a
