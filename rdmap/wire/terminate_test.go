@@ -16,7 +16,7 @@ import (
 )
 
 // TestTerminateSiwControlWords checks the control words Linux siw 6.1 sent
-// in the lab (siw notes §9). siw builds the word from little-endian C
+// in the Linux siw interop lab (test/interop). siw builds the word from little-endian C
 // bitfields: byte 0 is EType<<4 | Layer, M/D/R are bits 0/1/2 of byte 2.
 func TestTerminateSiwControlWords(t *testing.T) {
 	tests := []struct {
@@ -93,7 +93,7 @@ func TestTerminateSiwControlWords(t *testing.T) {
 }
 
 // A whole Terminate the way siw sends one for an RDMA Write to an unknown
-// STag (siw notes §9: DDP control 0x41, RDMAP 0x47, QN 2, MSN 1, MO 0;
+// STag (observed in the interop lab: DDP control 0x41, RDMAP 0x47, QN 2, MSN 1, MO 0;
 // control word 11 00 03 00; DDP Segment Length = the payload length; the
 // offending tagged header). Assembled from those facts, not a capture.
 func TestTerminateSiwMessage(t *testing.T) {
