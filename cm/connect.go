@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // Connect starts a connection to the TCP address raddr (iw_cm_connect): it
@@ -42,9 +42,9 @@ func (id *ID) connect(ctx context.Context, raddr string, p ConnParam) error {
 		return ErrNoQP
 	}
 	cfg := id.cfg
-	layout := rdmap.LayoutRFC
+	layout := wire.LayoutRFC
 	if cfg.MPA.TerminateLayoutSiw {
-		layout = rdmap.LayoutSiw
+		layout = wire.LayoutSiw
 	}
 	maxIRD, maxORD, ird, ord := qpLimits(p.QP, p.IRD, p.ORD)
 	ini := &mpa.Initiator{

@@ -11,6 +11,7 @@ import (
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // earlyResponder answers one Request with a Reply and, in the same write,
@@ -31,7 +32,7 @@ func earlyResponder(t *testing.T, ln net.Listener, msg []byte) {
 	var req mpa.Frame
 	mpa.ParseFrame(append(hdr, rest...), &req)
 	out, _ := mpa.AppendFrame(nil, &mpa.Frame{Reply: true, Rev: req.Rev, Enhanced: req.Enhanced, IRD: req.ORD, ORD: req.IRD})
-	dh := ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpSend), QN: 0, MSN: 1})
+	dh := ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpSend), QN: 0, MSN: 1})
 	out = mpa.AppendFPDU(out, dh, msg, false)
 	c.Write(out)
 	io.Copy(io.Discard, c)

@@ -15,7 +15,7 @@ import (
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // Hostile peers, each answered as RFC 5044/6581 and Linux siw answer them.
@@ -246,7 +246,7 @@ func TestHostileResponders(t *testing.T) {
 	dev := newDev(t)
 	siwRep := siwBytes(t, "siw-mpa-reply.bin")
 	term := func(code mpa.TermCode) []byte {
-		return mpa.AppendFPDU(nil, cm.AppendLLPTerminate(nil, code, rdmap.LayoutRFC), nil, false)
+		return mpa.AppendFPDU(nil, cm.AppendLLPTerminate(nil, code, wire.LayoutRFC), nil, false)
 	}
 	type icase struct {
 		name   string
@@ -379,12 +379,12 @@ func TestHostileResponders(t *testing.T) {
 // MSN 1, MO 0, control word layer LLP type MPA; framed with CRC off (no
 // Reply settled CRC) the CRC field is zero.
 func TestLLPTerminateBytes(t *testing.T) {
-	got := mpa.AppendFPDU(nil, cm.AppendLLPTerminate(nil, mpa.TermInvalidReqRep, rdmap.LayoutRFC), nil, false)
+	got := mpa.AppendFPDU(nil, cm.AppendLLPTerminate(nil, mpa.TermInvalidReqRep, wire.LayoutRFC), nil, false)
 	want := mustHex("0016 4147 00000000 00000002 00000001 00000000 20040000 00000000")
 	if !bytes.Equal(got, want) {
 		t.Errorf("RFC layout % x, want % x", got, want)
 	}
-	got = mpa.AppendFPDU(nil, cm.AppendLLPTerminate(nil, mpa.TermNoMatchingRTR, rdmap.LayoutSiw), nil, false)
+	got = mpa.AppendFPDU(nil, cm.AppendLLPTerminate(nil, mpa.TermNoMatchingRTR, wire.LayoutSiw), nil, false)
 	want = mustHex("0016 4147 00000000 00000002 00000001 00000000 02070000 00000000")
 	if !bytes.Equal(got, want) {
 		t.Errorf("siw layout % x, want % x", got, want)
@@ -397,11 +397,11 @@ func TestLLPTerminateBytes(t *testing.T) {
 		t.Fatal("not a Terminate")
 	}
 	// siw's layout of LLP/MPA (02 07 ...) also reads as a valid RFC word
-	// (RDMAP/remote operation), so rdmap.DetectLayout calls it RFC: decode
+	// (RDMAP/remote operation), so wire.DetectLayout calls it RFC: decode
 	// it with the layout named.
-	var term rdmap.Terminate
-	if err := rdmap.ParseTerminateLayout(f.ULPDU[18:], rdmap.LayoutSiw, &term); err != nil ||
-		term.Layer != rdmap.LayerLLP || term.Code != uint8(mpa.TermNoMatchingRTR) {
+	var term wire.Terminate
+	if err := wire.ParseTerminateLayout(f.ULPDU[18:], wire.LayoutSiw, &term); err != nil ||
+		term.Layer != wire.LayerLLP || term.Code != uint8(mpa.TermNoMatchingRTR) {
 		t.Errorf("parsed %+v %v", term, err)
 	}
 }

@@ -1,6 +1,7 @@
 package cm
 
-// Log field keys, one spelling each (STYLE section 8).
+// Log field keys, one spelling each, so that every log line names a
+// field the same way.
 const (
 	keyCMID     = "cm_id"
 	keyListener = "listener_id"

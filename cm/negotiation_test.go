@@ -12,6 +12,7 @@ import (
 	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // The negotiation matrix, end to end: every initiator policy (revision x
@@ -199,7 +200,7 @@ func runMatrixCase(t *testing.T, dev *rdmap.Device, ip, rp mpa.Policy, l *cm.ID,
 	case cm.StatusProtocolError:
 		waitDone(t, srvQP)
 		var te *testutil.TerminateError
-		if !errors.As(srvQP.Err(), &te) || te.Terminate.Layer != rdmap.LayerLLP || te.Terminate.Code != uint8(want.term) {
+		if !errors.As(srvQP.Err(), &te) || te.Terminate.Layer != wire.LayerLLP || te.Terminate.Code != uint8(want.term) {
 			return fmt.Errorf("responder QP ended with %v, want an LLP Terminate %v", srvQP.Err(), want.term)
 		}
 		return nil

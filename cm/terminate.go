@@ -3,7 +3,7 @@ package cm
 import (
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // AppendLLPTerminate appends to b the ULPDU of an LLP Terminate with MPA
@@ -13,15 +13,15 @@ import (
 // control word (layer LLP, type MPA, the code; no M/D/R) in layout l. The
 // handshake frames it (mpa.Initiator.Terminate); mpa.AppendFPDU(nil, u,
 // nil, false) gives the FPDU siw sends, with a zero CRC field.
-func AppendLLPTerminate(b []byte, code mpa.TermCode, l rdmap.Layout) []byte {
+func AppendLLPTerminate(b []byte, code mpa.TermCode, l wire.Layout) []byte {
 	b = ddp.AppendUntagged(b, &ddp.UntaggedFields{
 		Last:    true,
-		RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpTerminate),
-		QN:      rdmap.QNTerminate,
+		RsvdULP: wire.ControlByte(wire.Version1, wire.OpTerminate),
+		QN:      wire.QNTerminate,
 		MSN:     1,
 	})
-	return rdmap.AppendTerminate(b, &rdmap.Terminate{
-		Layer:  rdmap.LayerLLP,
+	return wire.AppendTerminate(b, &wire.Terminate{
+		Layer:  wire.LayerLLP,
 		EType:  mpa.TermTypeMPA,
 		Code:   uint8(code),
 		Layout: l,

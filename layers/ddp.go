@@ -8,32 +8,32 @@ import (
 	gplayers "github.com/gopacket/gopacket/layers"
 
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // RDMAPOpcode is an RDMAP opcode (RFC 5040 §4.2, RFC 7306 §9) with the
 // layer type of the header that follows the DDP header.
-type RDMAPOpcode rdmap.Opcode
+type RDMAPOpcode wire.Opcode
 
 // RDMAP opcodes, as rdmap defines them.
 const (
-	OpWrite          = RDMAPOpcode(rdmap.OpWrite)
-	OpReadRequest    = RDMAPOpcode(rdmap.OpReadRequest)
-	OpReadResponse   = RDMAPOpcode(rdmap.OpReadResponse)
-	OpSend           = RDMAPOpcode(rdmap.OpSend)
-	OpSendInv        = RDMAPOpcode(rdmap.OpSendInv)
-	OpSendSE         = RDMAPOpcode(rdmap.OpSendSE)
-	OpSendSEInv      = RDMAPOpcode(rdmap.OpSendSEInv)
-	OpTerminate      = RDMAPOpcode(rdmap.OpTerminate)
-	OpImmData        = RDMAPOpcode(rdmap.OpImmData)
-	OpImmDataSE      = RDMAPOpcode(rdmap.OpImmDataSE)
-	OpAtomicRequest  = RDMAPOpcode(rdmap.OpAtomicRequest)
-	OpAtomicResponse = RDMAPOpcode(rdmap.OpAtomicResponse)
+	OpWrite          = RDMAPOpcode(wire.OpWrite)
+	OpReadRequest    = RDMAPOpcode(wire.OpReadRequest)
+	OpReadResponse   = RDMAPOpcode(wire.OpReadResponse)
+	OpSend           = RDMAPOpcode(wire.OpSend)
+	OpSendInv        = RDMAPOpcode(wire.OpSendInv)
+	OpSendSE         = RDMAPOpcode(wire.OpSendSE)
+	OpSendSEInv      = RDMAPOpcode(wire.OpSendSEInv)
+	OpTerminate      = RDMAPOpcode(wire.OpTerminate)
+	OpImmData        = RDMAPOpcode(wire.OpImmData)
+	OpImmDataSE      = RDMAPOpcode(wire.OpImmDataSE)
+	OpAtomicRequest  = RDMAPOpcode(wire.OpAtomicRequest)
+	OpAtomicResponse = RDMAPOpcode(wire.OpAtomicResponse)
 )
 
 // String returns rdmap's short name: "rdma_write", "read_request", ...,
 // or "unknown(N)".
-func (o RDMAPOpcode) String() string { return rdmap.Opcode(o).String() }
+func (o RDMAPOpcode) String() string { return wire.Opcode(o).String() }
 
 // LayerType returns the layer type of the RDMAP header that follows the
 // DDP header of a message with opcode o, or gopacket.LayerTypePayload when
@@ -127,8 +127,8 @@ func (d *DDP) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		d.InvalidateSTag = h.RsvdULP32()
 		d.QN, d.MSN, d.MO = h.QN(), h.MSN(), h.MO()
 	}
-	var op rdmap.Opcode
-	d.RDMAPVersion, d.RDMAPReserved, op = rdmap.Control(h.RsvdULP())
+	var op wire.Opcode
+	d.RDMAPVersion, d.RDMAPReserved, op = wire.Control(h.RsvdULP())
 	d.Opcode = RDMAPOpcode(op)
 	d.Contents, d.BaseLayer.Payload = data[:h.Len()], data[h.Len():]
 	return err
@@ -142,7 +142,7 @@ func (d *DDP) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOption
 		return fmt.Errorf("%w: DV %d Resrv %#x RV %d Rsv %#x opcode %d", errDDPField,
 			d.Version, d.Reserved, d.RDMAPVersion, d.RDMAPReserved, uint8(d.Opcode))
 	}
-	ctl := rdmap.ControlByte(d.RDMAPVersion, rdmap.Opcode(d.Opcode)) | d.RDMAPReserved
+	ctl := wire.ControlByte(d.RDMAPVersion, wire.Opcode(d.Opcode)) | d.RDMAPReserved
 	n := ddp.UntaggedHeaderLen
 	if d.Tagged {
 		n = ddp.TaggedHeaderLen

@@ -4,8 +4,9 @@
 // Request and Terminate, RFC 7306 atomics), and a stream decoder that
 // follows iWARP connections through pcap and pcapng captures. It is the
 // only package of the module that imports gopacket; the wire formats come
-// from the mpa, ddp and rdmap packages (one set of offsets for the engine,
-// these layers and the fuzzers).
+// from the mpa, ddp and rdmap/wire packages (one set of offsets for the
+// engine, these layers and the fuzzers); layers links none of the engine
+// in package rdmap.
 //
 // # Layer types
 //

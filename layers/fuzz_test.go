@@ -15,7 +15,7 @@ import (
 
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // Fuzz targets: one per layer's DecodeFromBytes, one for the stream
@@ -140,7 +140,7 @@ func FuzzRDMAPReadRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r RDMAPReadRequest
 		if err := r.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
-			if len(data) >= rdmap.ReadRequestLen {
+			if len(data) >= wire.ReadRequestLen {
 				t.Fatal(err)
 			}
 			return
@@ -154,7 +154,7 @@ func FuzzRDMAPReadRequest(f *testing.F) {
 func FuzzRDMAPTerminate(f *testing.F) {
 	f.Add(mustHex(f, siwTerminateHex)[18:])
 	for _, b := range validFPDUs(f) {
-		if len(b) > 20 && b[3]&0x0f == byte(rdmap.OpTerminate) {
+		if len(b) > 20 && b[3]&0x0f == byte(wire.OpTerminate) {
 			f.Add(b[20:])
 		}
 	}
@@ -174,7 +174,7 @@ func FuzzRDMAPTerminate(f *testing.F) {
 
 func FuzzRDMAPAtomicRequest(f *testing.F) {
 	for _, b := range validFPDUs(f) {
-		if len(b) > 20 && b[3]&0x0f == byte(rdmap.OpAtomicRequest) {
+		if len(b) > 20 && b[3]&0x0f == byte(wire.OpAtomicRequest) {
 			f.Add(b[20:])
 		}
 	}
@@ -191,7 +191,7 @@ func FuzzRDMAPAtomicRequest(f *testing.F) {
 
 func FuzzRDMAPAtomicResponse(f *testing.F) {
 	for _, b := range validFPDUs(f) {
-		if len(b) > 20 && b[3]&0x0f == byte(rdmap.OpAtomicResponse) {
+		if len(b) > 20 && b[3]&0x0f == byte(wire.OpAtomicResponse) {
 			f.Add(b[20:])
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 func mustHex(tb testing.TB, s string) []byte {
@@ -194,15 +194,15 @@ func TestSiwTerminateLayout(t *testing.T) {
 	if err := d.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil {
 		t.Fatal(err)
 	}
-	if d.Opcode != OpTerminate || d.QN != rdmap.QNTerminate || d.NextLayerType() != LayerTypeRDMAPTerminate {
+	if d.Opcode != OpTerminate || d.QN != wire.QNTerminate || d.NextLayerType() != LayerTypeRDMAPTerminate {
 		t.Fatalf("DDP %+v", d)
 	}
 	var term RDMAPTerminate
 	if err := term.DecodeFromBytes(d.Payload(), gopacket.NilDecodeFeedback); err != nil {
 		t.Fatal(err)
 	}
-	want := RDMAPTerminate{Terminate: rdmap.Terminate{Layer: rdmap.LayerDDP, EType: 2, Code: 1, M: true, D: true,
-		SegLen: 16, DDPHeader: mustHex(t, "414300000000000000070000000100000000"), Layout: rdmap.LayoutSiw}}
+	want := RDMAPTerminate{Terminate: wire.Terminate{Layer: wire.LayerDDP, EType: 2, Code: 1, M: true, D: true,
+		SegLen: 16, DDPHeader: mustHex(t, "414300000000000000070000000100000000"), Layout: wire.LayoutSiw}}
 	if diff := cmp.Diff(want, term, cmpLayers); diff != "" {
 		t.Errorf("Terminate (-want +got):\n%s", diff)
 	}
@@ -260,17 +260,17 @@ func layerCases() []layerCase {
 		{"read request", LayerTypeMPA, []gopacket.SerializableLayer{&MPA{Framing: crc}, &DDP{Last: true, Version: 1,
 			RDMAPVersion: 1, Opcode: OpReadRequest, QN: 1, MSN: 1}, rrq}, nil},
 		{"terminate rfc", LayerTypeMPA, []gopacket.SerializableLayer{&MPA{Framing: crc}, &DDP{Last: true, Version: 1,
-			RDMAPVersion: 1, Opcode: OpTerminate, QN: 2, MSN: 1}, &RDMAPTerminate{Terminate: rdmap.Terminate{Layer: rdmap.LayerRDMAP,
+			RDMAPVersion: 1, Opcode: OpTerminate, QN: 2, MSN: 1}, &RDMAPTerminate{Terminate: wire.Terminate{Layer: wire.LayerRDMAP,
 			EType: 1, Code: 0, M: true, D: true, R: true, SegLen: 28, DDPHeader: termDDP,
 			RDMAHeader: mustHex(nil, "00000001000000000000000200000003000000040000000000000005")}}}, nil},
 		{"terminate siw", LayerTypeMPA, []gopacket.SerializableLayer{&MPA{Framing: noCRC}, &DDP{Last: true, Version: 1,
-			RDMAPVersion: 1, Opcode: OpTerminate, QN: 2, MSN: 1}, &RDMAPTerminate{Terminate: rdmap.Terminate{Layer: rdmap.LayerDDP,
-			EType: 2, Code: 1, M: true, D: true, SegLen: 16, DDPHeader: termDDP, Layout: rdmap.LayoutSiw}}}, nil},
+			RDMAPVersion: 1, Opcode: OpTerminate, QN: 2, MSN: 1}, &RDMAPTerminate{Terminate: wire.Terminate{Layer: wire.LayerDDP,
+			EType: 2, Code: 1, M: true, D: true, SegLen: 16, DDPHeader: termDDP, Layout: wire.LayoutSiw}}}, nil},
 		{"atomic request", LayerTypeMPA, []gopacket.SerializableLayer{&MPA{Framing: crc}, &DDP{Last: true, Version: 1,
-			RDMAPVersion: 1, Opcode: OpAtomicRequest, QN: 3, MSN: 4}, &RDMAPAtomicRequest{AtomicRequest: rdmap.AtomicRequest{
-			Op: rdmap.AtomicCmpSwap, Reserved: 0xabc0, ReqID: 9, STag: 10, TO: 11, AddSwap: 12, AddSwapMask: 13, Compare: 14, CompareMask: 15}}}, nil},
+			RDMAPVersion: 1, Opcode: OpAtomicRequest, QN: 3, MSN: 4}, &RDMAPAtomicRequest{AtomicRequest: wire.AtomicRequest{
+			Op: wire.AtomicCmpSwap, Reserved: 0xabc0, ReqID: 9, STag: 10, TO: 11, AddSwap: 12, AddSwapMask: 13, Compare: 14, CompareMask: 15}}}, nil},
 		{"atomic response", LayerTypeMPA, []gopacket.SerializableLayer{&MPA{Framing: crc}, &DDP{Last: true, Version: 1,
-			RDMAPVersion: 1, Opcode: OpAtomicResponse, QN: 3, MSN: 4}, &RDMAPAtomicResponse{AtomicResponse: rdmap.AtomicResponse{
+			RDMAPVersion: 1, Opcode: OpAtomicResponse, QN: 3, MSN: 4}, &RDMAPAtomicResponse{AtomicResponse: wire.AtomicResponse{
 			ReqID: 9, OriginalValue: 1 << 63}}}, nil},
 		{"bad versions and reserved bits", LayerTypeDDP, []gopacket.SerializableLayer{&DDP{Version: 0, Reserved: 0x3c,
 			RDMAPVersion: 2, RDMAPReserved: 0x30, Opcode: 15, QN: 5}}, []byte{1}},
@@ -426,9 +426,9 @@ func TestSerializeErrors(t *testing.T) {
 		"ddp reserved":       &DDP{Reserved: 0x01},
 		"rdmap version":      &DDP{RDMAPVersion: 4},
 		"opcode":             &DDP{Opcode: 16},
-		"terminate no hdr":   &RDMAPTerminate{Terminate: rdmap.Terminate{D: true}},
-		"terminate short rr": &RDMAPTerminate{Terminate: rdmap.Terminate{R: true, RDMAHeader: []byte{1}}},
-		"atomic op":          &RDMAPAtomicRequest{AtomicRequest: rdmap.AtomicRequest{Op: 16}},
+		"terminate no hdr":   &RDMAPTerminate{Terminate: wire.Terminate{D: true}},
+		"terminate short rr": &RDMAPTerminate{Terminate: wire.Terminate{R: true, RDMAHeader: []byte{1}}},
+		"atomic op":          &RDMAPAtomicRequest{AtomicRequest: wire.AtomicRequest{Op: 16}},
 		"ird":                &MPAStartup{Frame: mpa.Frame{Rev: 2, Enhanced: true, IRD: 0x4000}},
 		"startup marker":     &MPA{Startup: true},
 	} {
@@ -458,8 +458,8 @@ func TestTruncations(t *testing.T) {
 		{"DDP untagged", &DDP{}, mustHex(t, siwSendHex)[2:20]},
 		{"ReadRequest", &RDMAPReadRequest{}, mustHex(t, siwReadRequestHex)[20:48]},
 		{"Terminate", &RDMAPTerminate{}, mustHex(t, siwTerminateHex)[18:42]},
-		{"AtomicRequest", &RDMAPAtomicRequest{}, make([]byte, rdmap.AtomicRequestLen)},
-		{"AtomicResponse", &RDMAPAtomicResponse{}, make([]byte, rdmap.AtomicResponseLen)},
+		{"AtomicRequest", &RDMAPAtomicRequest{}, make([]byte, wire.AtomicRequestLen)},
+		{"AtomicResponse", &RDMAPAtomicResponse{}, make([]byte, wire.AtomicResponseLen)},
 	}
 	for _, c := range cases {
 		if err := c.l.DecodeFromBytes(c.data, gopacket.NilDecodeFeedback); err != nil {
@@ -509,8 +509,8 @@ func decodeBenchCases(tb testing.TB) []decodeCase {
 		{"DDP", &DDP{}, mustHex(tb, siwSendHex)[2:]},
 		{"RDMAPReadRequest", &RDMAPReadRequest{}, mustHex(tb, siwReadRequestHex)[20:48]},
 		{"RDMAPTerminate", &RDMAPTerminate{}, terminate},
-		{"RDMAPAtomicRequest", &RDMAPAtomicRequest{}, make([]byte, rdmap.AtomicRequestLen)},
-		{"RDMAPAtomicResponse", &RDMAPAtomicResponse{}, make([]byte, rdmap.AtomicResponseLen)},
+		{"RDMAPAtomicRequest", &RDMAPAtomicRequest{}, make([]byte, wire.AtomicRequestLen)},
+		{"RDMAPAtomicResponse", &RDMAPAtomicResponse{}, make([]byte, wire.AtomicResponseLen)},
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	gplayers "github.com/gopacket/gopacket/layers"
 
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // RDMAPReadRequest is the RDMA Read Request header (RFC 5040 §4.4) that
@@ -47,28 +47,28 @@ func (r *RDMAPReadRequest) CanDecode() gopacket.LayerClass { return LayerTypeRDM
 // NextLayerType returns gopacket.LayerTypePayload.
 func (r *RDMAPReadRequest) NextLayerType() gopacket.LayerType { return gopacket.LayerTypePayload }
 
-// DecodeFromBytes decodes the header with rdmap.ParseReadRequest. It does
+// DecodeFromBytes decodes the header with wire.ParseReadRequest. It does
 // not allocate.
 func (r *RDMAPReadRequest) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	*r = RDMAPReadRequest{}
-	v, err := rdmap.ParseReadRequest(data)
+	v, err := wire.ParseReadRequest(data)
 	if err != nil {
 		df.SetTruncated()
 		return err
 	}
 	r.SinkSTag, r.SinkTO, r.Size = uint32(v.SinkSTag()), v.SinkTO(), v.Size()
 	r.SrcSTag, r.SrcTO = uint32(v.SrcSTag()), v.SrcTO()
-	r.Contents, r.Payload = data[:rdmap.ReadRequestLen], data[rdmap.ReadRequestLen:]
+	r.Contents, r.Payload = data[:wire.ReadRequestLen], data[wire.ReadRequestLen:]
 	return nil
 }
 
 // SerializeTo prepends the header to b.
 func (r *RDMAPReadRequest) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOptions) error {
-	h, err := b.PrependBytes(rdmap.ReadRequestLen)
+	h, err := b.PrependBytes(wire.ReadRequestLen)
 	if err != nil {
 		return err
 	}
-	rdmap.AppendReadRequest(h[:0], &rdmap.ReadRequestFields{
+	wire.AppendReadRequest(h[:0], &wire.ReadRequestFields{
 		SinkSTag: ddp.STag(r.SinkSTag), SinkTO: r.SinkTO, Size: r.Size,
 		SrcSTag: ddp.STag(r.SrcSTag), SrcTO: r.SrcTO,
 	})
@@ -99,13 +99,13 @@ func decodeRDMAPReadRequest(data []byte, p gopacket.PacketBuilder) error {
 //	~          Terminated RDMA Header (28 octets, if R)             ~
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// The fields are those of rdmap.Terminate, which decodes them
+// The fields are those of wire.Terminate, which decodes them
 // (ParseTerminate, which also recognises the bit order Linux siw writes
 // the control word in and reports it in Layout). SerializeTo writes the
 // control word in Layout. It must be used from one goroutine.
 type RDMAPTerminate struct {
 	gplayers.BaseLayer
-	rdmap.Terminate
+	wire.Terminate
 }
 
 // LayerType returns LayerTypeRDMAPTerminate.
@@ -117,11 +117,11 @@ func (t *RDMAPTerminate) CanDecode() gopacket.LayerClass { return LayerTypeRDMAP
 // NextLayerType returns gopacket.LayerTypePayload.
 func (t *RDMAPTerminate) NextLayerType() gopacket.LayerType { return gopacket.LayerTypePayload }
 
-// DecodeFromBytes decodes the header with rdmap.ParseTerminate. It does
+// DecodeFromBytes decodes the header with wire.ParseTerminate. It does
 // not allocate; DDPHeader and RDMAHeader alias data.
 func (t *RDMAPTerminate) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	*t = RDMAPTerminate{}
-	if err := rdmap.ParseTerminate(data, &t.Terminate); err != nil {
+	if err := wire.ParseTerminate(data, &t.Terminate); err != nil {
 		df.SetTruncated()
 		return err
 	}
@@ -137,7 +137,7 @@ func (t *RDMAPTerminate) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.Seri
 	if t.D && (len(t.DDPHeader) == 0 || len(t.DDPHeader) != ddp.HeaderLen(t.DDPHeader[0])) {
 		return fmt.Errorf("layers: terminated DDP header of %d octets", len(t.DDPHeader))
 	}
-	if t.R && len(t.RDMAHeader) != rdmap.ReadRequestLen {
+	if t.R && len(t.RDMAHeader) != wire.ReadRequestLen {
 		return fmt.Errorf("layers: terminated RDMA header of %d octets", len(t.RDMAHeader))
 	}
 	if t.Layer > 0xf || t.EType > 0xf {
@@ -147,7 +147,7 @@ func (t *RDMAPTerminate) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.Seri
 	if err != nil {
 		return err
 	}
-	rdmap.AppendTerminate(h[:0], &t.Terminate)
+	wire.AppendTerminate(h[:0], &t.Terminate)
 	return nil
 }
 
@@ -176,11 +176,11 @@ func decodeRDMAPTerminate(data []byte, p gopacket.PacketBuilder) error {
 //	|                     Compare Mask (64)                         |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// The fields are those of rdmap.AtomicRequest. It must be used from one
+// The fields are those of wire.AtomicRequest. It must be used from one
 // goroutine.
 type RDMAPAtomicRequest struct {
 	gplayers.BaseLayer
-	rdmap.AtomicRequest
+	wire.AtomicRequest
 }
 
 // LayerType returns LayerTypeRDMAPAtomicRequest.
@@ -192,15 +192,15 @@ func (a *RDMAPAtomicRequest) CanDecode() gopacket.LayerClass { return LayerTypeR
 // NextLayerType returns gopacket.LayerTypePayload.
 func (a *RDMAPAtomicRequest) NextLayerType() gopacket.LayerType { return gopacket.LayerTypePayload }
 
-// DecodeFromBytes decodes the header with rdmap.ParseAtomicRequest. It
+// DecodeFromBytes decodes the header with wire.ParseAtomicRequest. It
 // does not allocate.
 func (a *RDMAPAtomicRequest) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	*a = RDMAPAtomicRequest{}
-	if err := rdmap.ParseAtomicRequest(data, &a.AtomicRequest); err != nil {
+	if err := wire.ParseAtomicRequest(data, &a.AtomicRequest); err != nil {
 		df.SetTruncated()
 		return err
 	}
-	a.Contents, a.Payload = data[:rdmap.AtomicRequestLen], data[rdmap.AtomicRequestLen:]
+	a.Contents, a.Payload = data[:wire.AtomicRequestLen], data[wire.AtomicRequestLen:]
 	return nil
 }
 
@@ -209,11 +209,11 @@ func (a *RDMAPAtomicRequest) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.
 	if a.Op > 0xf || a.Reserved&0xf != 0 {
 		return fmt.Errorf("layers: atomic op %d or reserved bits %#x do not fit", a.Op, a.Reserved)
 	}
-	h, err := b.PrependBytes(rdmap.AtomicRequestLen)
+	h, err := b.PrependBytes(wire.AtomicRequestLen)
 	if err != nil {
 		return err
 	}
-	rdmap.AppendAtomicRequest(h[:0], &a.AtomicRequest)
+	wire.AppendAtomicRequest(h[:0], &a.AtomicRequest)
 	return nil
 }
 
@@ -236,11 +236,11 @@ func decodeRDMAPAtomicRequest(data []byte, p gopacket.PacketBuilder) error {
 //	|               Original Remote Data Value (64)                 |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// The fields are those of rdmap.AtomicResponse. It must be used from one
+// The fields are those of wire.AtomicResponse. It must be used from one
 // goroutine.
 type RDMAPAtomicResponse struct {
 	gplayers.BaseLayer
-	rdmap.AtomicResponse
+	wire.AtomicResponse
 }
 
 // LayerType returns LayerTypeRDMAPAtomicResponse.
@@ -252,25 +252,25 @@ func (a *RDMAPAtomicResponse) CanDecode() gopacket.LayerClass { return LayerType
 // NextLayerType returns gopacket.LayerTypePayload.
 func (a *RDMAPAtomicResponse) NextLayerType() gopacket.LayerType { return gopacket.LayerTypePayload }
 
-// DecodeFromBytes decodes the header with rdmap.ParseAtomicResponse. It
+// DecodeFromBytes decodes the header with wire.ParseAtomicResponse. It
 // does not allocate.
 func (a *RDMAPAtomicResponse) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	*a = RDMAPAtomicResponse{}
-	if err := rdmap.ParseAtomicResponse(data, &a.AtomicResponse); err != nil {
+	if err := wire.ParseAtomicResponse(data, &a.AtomicResponse); err != nil {
 		df.SetTruncated()
 		return err
 	}
-	a.Contents, a.Payload = data[:rdmap.AtomicResponseLen], data[rdmap.AtomicResponseLen:]
+	a.Contents, a.Payload = data[:wire.AtomicResponseLen], data[wire.AtomicResponseLen:]
 	return nil
 }
 
 // SerializeTo prepends the header to b.
 func (a *RDMAPAtomicResponse) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOptions) error {
-	h, err := b.PrependBytes(rdmap.AtomicResponseLen)
+	h, err := b.PrependBytes(wire.AtomicResponseLen)
 	if err != nil {
 		return err
 	}
-	rdmap.AppendAtomicResponse(h[:0], &a.AtomicResponse)
+	wire.AppendAtomicResponse(h[:0], &a.AtomicResponse)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // This file builds synthetic iWARP conversations for the tests: TCP
@@ -235,25 +235,25 @@ func allOpcodeFPDUs(tb testing.TB, fr MPAFraming) [][]byte {
 		fpdu(tb, fr, sendSEInv, nil, pattern(7, 11)),
 		fpdu(tb, fr, untagged(OpImmData, 0, 6, 0, true), nil, pattern(8, 12)),
 		fpdu(tb, fr, untagged(OpImmDataSE, 0, 7, 0, true), nil, pattern(8, 13)),
-		fpdu(tb, fr, untagged(OpAtomicRequest, 3, 1, 0, true), &RDMAPAtomicRequest{AtomicRequest: rdmap.AtomicRequest{
-			Op: rdmap.AtomicCmpSwap, ReqID: 77, STag: 0x00aa5500, TO: 0x1000, AddSwap: 5, AddSwapMask: ^uint64(0),
+		fpdu(tb, fr, untagged(OpAtomicRequest, 3, 1, 0, true), &RDMAPAtomicRequest{AtomicRequest: wire.AtomicRequest{
+			Op: wire.AtomicCmpSwap, ReqID: 77, STag: 0x00aa5500, TO: 0x1000, AddSwap: 5, AddSwapMask: ^uint64(0),
 			Compare: 4, CompareMask: ^uint64(0)}}, nil),
-		fpdu(tb, fr, untagged(OpAtomicResponse, 3, 1, 0, true), &RDMAPAtomicResponse{AtomicResponse: rdmap.AtomicResponse{
+		fpdu(tb, fr, untagged(OpAtomicResponse, 3, 1, 0, true), &RDMAPAtomicResponse{AtomicResponse: wire.AtomicResponse{
 			ReqID: 77, OriginalValue: 4}}, nil),
-		fpdu(tb, fr, untagged(OpAtomicRequest, 3, 2, 0, true), &RDMAPAtomicRequest{AtomicRequest: rdmap.AtomicRequest{
-			Op: rdmap.AtomicFetchAdd, ReqID: 78, STag: 0x00aa5500, TO: 0x1008, AddSwap: 1}}, nil),
-		fpdu(tb, fr, untagged(OpAtomicResponse, 3, 2, 0, true), &RDMAPAtomicResponse{AtomicResponse: rdmap.AtomicResponse{
+		fpdu(tb, fr, untagged(OpAtomicRequest, 3, 2, 0, true), &RDMAPAtomicRequest{AtomicRequest: wire.AtomicRequest{
+			Op: wire.AtomicFetchAdd, ReqID: 78, STag: 0x00aa5500, TO: 0x1008, AddSwap: 1}}, nil),
+		fpdu(tb, fr, untagged(OpAtomicResponse, 3, 2, 0, true), &RDMAPAtomicResponse{AtomicResponse: wire.AtomicResponse{
 			ReqID: 78, OriginalValue: 0x0102030405060708}}, nil),
 	}
 	// Terminates (queue 2): DDP error with the terminated DDP header;
 	// RDMAP error without headers; LLP (MPA) error with only the segment
 	// length; RDMAP error on a Read Request with both headers.
-	rrHdr := rdmap.AppendReadRequest(nil, &rdmap.ReadRequestFields{SinkSTag: 1, SinkTO: 2, Size: 3, SrcSTag: 4, SrcTO: 5})
-	for i, t := range []rdmap.Terminate{
-		{Layer: rdmap.LayerDDP, EType: 2, Code: 1, M: true, D: true, SegLen: 20, DDPHeader: termHdr},
-		{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteOperation, Code: rdmap.CodeUnexpectedOpcode},
-		{Layer: rdmap.LayerLLP, EType: mpa.TermTypeMPA, Code: uint8(mpa.TermCRC), M: true, SegLen: 34},
-		{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteProtection, Code: rdmap.CodeInvalidSTag, M: true, D: true, R: true,
+	rrHdr := wire.AppendReadRequest(nil, &wire.ReadRequestFields{SinkSTag: 1, SinkTO: 2, Size: 3, SrcSTag: 4, SrcTO: 5})
+	for i, t := range []wire.Terminate{
+		{Layer: wire.LayerDDP, EType: 2, Code: 1, M: true, D: true, SegLen: 20, DDPHeader: termHdr},
+		{Layer: wire.LayerRDMAP, EType: wire.ETypeRemoteOperation, Code: wire.CodeUnexpectedOpcode},
+		{Layer: wire.LayerLLP, EType: mpa.TermTypeMPA, Code: uint8(mpa.TermCRC), M: true, SegLen: 34},
+		{Layer: wire.LayerRDMAP, EType: wire.ETypeRemoteProtection, Code: wire.CodeInvalidSTag, M: true, D: true, R: true,
 			SegLen: 28, DDPHeader: termHdr, RDMAHeader: rrHdr},
 	} {
 		out = append(out, fpdu(tb, fr, untagged(OpTerminate, 2, uint32(i+1), 0, true), &RDMAPTerminate{Terminate: t}, nil))
@@ -271,9 +271,9 @@ func siwTerminate(tb testing.TB, fr MPAFraming, msn uint32) []byte {
 	if err := hdr.SerializeTo(buf, gopacket.SerializeOptions{}); err != nil {
 		tb.Fatal(err)
 	}
-	return fpdu(tb, fr, untagged(OpTerminate, 2, msn, 0, true), &RDMAPTerminate{Terminate: rdmap.Terminate{
-		Layer: rdmap.LayerDDP, EType: 2, Code: 1, M: true, D: true, SegLen: 16, DDPHeader: bytes.Clone(buf.Bytes()),
-		Layout: rdmap.LayoutSiw}}, nil)
+	return fpdu(tb, fr, untagged(OpTerminate, 2, msn, 0, true), &RDMAPTerminate{Terminate: wire.Terminate{
+		Layer: wire.LayerDDP, EType: 2, Code: 1, M: true, D: true, SegLen: 16, DDPHeader: bytes.Clone(buf.Bytes()),
+		Layout: wire.LayoutSiw}}, nil)
 }
 
 // decodeAll runs a capture through DecodeCapture and returns copies of the

@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // The tshark comparison: our decoder's fields against what Wireshark's
@@ -242,7 +242,7 @@ func (c *cursor) expectFPDU(r *rec) {
 	c.expect("iwarp_ddp.last_flag", b01(d.Last))
 	c.expect("iwarp_ddp.rsvd", fmt.Sprintf("0x%02x", d.Reserved>>2))
 	c.expect("iwarp_ddp.dv", u(uint64(d.Version)))
-	ctl := rdmap.ControlByte(d.RDMAPVersion, rdmap.Opcode(d.Opcode)) | d.RDMAPReserved
+	ctl := wire.ControlByte(d.RDMAPVersion, wire.Opcode(d.Opcode)) | d.RDMAPReserved
 	var inv [4]byte
 	binary.BigEndian.PutUint32(inv[:], d.InvalidateSTag)
 	if d.Tagged {
@@ -279,7 +279,7 @@ func (c *cursor) expectFPDU(r *rec) {
 		c.expect("iwarp_rdma.atomic.remote_stag", u(uint64(a.STag)))
 		c.expect("iwarp_rdma.atomic.remote_tagged_offset", u(a.TO))
 		data, mask := "iwarp_rdma.atomic.swap_data", "iwarp_rdma.atomic.swap_mask"
-		if a.Op == rdmap.AtomicFetchAdd {
+		if a.Op == wire.AtomicFetchAdd {
 			data, mask = "iwarp_rdma.atomic.add_data", "iwarp_rdma.atomic.add_mask"
 		}
 		c.expect(data, u(a.AddSwap))
@@ -297,9 +297,9 @@ func (c *cursor) expectTerminate(t *RDMAPTerminate) {
 	c.expect("iwarp_rdma.term_layer", fmt.Sprintf("0x%02x", uint8(t.Layer)))
 	etype, code := "iwarp_rdma.term_etype", "iwarp_rdma.term_errcode"
 	switch t.Layer {
-	case rdmap.LayerRDMAP:
+	case wire.LayerRDMAP:
 		etype, code = "iwarp_rdma.term_etype_rdma", "iwarp_rdma.term_errcode_rdma"
-	case rdmap.LayerDDP:
+	case wire.LayerDDP:
 		etype = "iwarp_rdma.term_etype_ddp"
 		switch t.EType {
 		case 1:
@@ -307,7 +307,7 @@ func (c *cursor) expectTerminate(t *RDMAPTerminate) {
 		case 2:
 			code = "iwarp_rdma.term_errcode_ddp_untagged"
 		}
-	case rdmap.LayerLLP:
+	case wire.LayerLLP:
 		etype, code = "iwarp_rdma.term_etype_llp", "iwarp_rdma.term_errcode_llp"
 	}
 	c.expect(etype, fmt.Sprintf("0x%02x", t.EType))

@@ -44,8 +44,12 @@
 // in the layers package) into FPDUs, removing markers and checking CRCs;
 // it is resumable after any reader error. Framer builds FPDUs for one
 // direction and keeps the marker position. Each must be used from one
-// goroutine: in a QP, the receive goroutine owns the Deframer and the send
-// goroutine the Framer. The handshake (handshake.go) is straight-line code
+// goroutine. In an rdmap QP the receive goroutine uses a Deframer when
+// markers are negotiated or QPConfig.BufferedRx is set (its direct path
+// parses the FPDU with this package's layout functions); the send
+// goroutine frames its own batches (rdmap's txframe.go, on the same
+// functions), and Framer serves tools and tests (siw probe, testutil).
+// The handshake (handshake.go) is straight-line code
 // on top of the frame functions.
 //
 // gosiw is licensed under the Apache License, Version 2.0: see the LICENSE

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // TestCRC32cRFC3720 checks UpdateCRC against the CRC32c examples of
@@ -108,8 +108,8 @@ const (
 
 func TestSiwFPDUs(t *testing.T) {
 	t.Run("send", func(t *testing.T) {
-		wire := hexBytes(t, siwSendFPDU)
-		f := parseSiwFPDU(t, wire, 0x22, 0x180dc2b4)
+		raw := hexBytes(t, siwSendFPDU)
+		f := parseSiwFPDU(t, raw, 0x22, 0x180dc2b4)
 		h, err := ddp.Parse(f.ULPDU)
 		if err != nil {
 			t.Fatal(err)
@@ -119,11 +119,11 @@ func TestSiwFPDUs(t *testing.T) {
 		if h.Tagged() || !h.Last() || h.Version() != ddp.Version1 || h.Reserved() != 0 || h.Len() != ddp.UntaggedHeaderLen {
 			t.Errorf("DDP control %#x", f.ULPDU[0])
 		}
-		rv, rsv, op := rdmap.Control(h.RsvdULP())
-		if rv != rdmap.Version1 || rsv != 0 || op != rdmap.OpSend {
+		rv, rsv, op := wire.Control(h.RsvdULP())
+		if rv != wire.Version1 || rsv != 0 || op != wire.OpSend {
 			t.Errorf("RDMAP control: v%d rsv %d %v", rv, rsv, op)
 		}
-		if h.RsvdULP32() != 0 || h.QN() != rdmap.QNSend || h.MSN() != 1 || h.MO() != 0 {
+		if h.RsvdULP32() != 0 || h.QN() != wire.QNSend || h.MSN() != 1 || h.MO() != 0 {
 			t.Errorf("untagged header: inv %#x QN %d MSN %d MO %d", h.RsvdULP32(), h.QN(), h.MSN(), h.MO())
 		}
 		// struct rping_rdma_info { __be64 buf; __be32 rkey; __be32 size; }
@@ -135,23 +135,23 @@ func TestSiwFPDUs(t *testing.T) {
 		if buf != 0x000056402cd8bb80 || rkey != 0xbf388400 || size != 64 {
 			t.Errorf("rping info: buf %#x rkey %#x size %d", buf, rkey, size)
 		}
-		rebuild(t, wire, f.ULPDU[:h.Len()], p)
+		rebuild(t, raw, f.ULPDU[:h.Len()], p)
 		// Rebuilt from fields: same bytes.
-		hdr := ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true, RsvdULP: rdmap.ControlByte(1, rdmap.OpSend), QN: 0, MSN: 1})
-		rebuild(t, wire, hdr, p)
+		hdr := ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(1, wire.OpSend), QN: 0, MSN: 1})
+		rebuild(t, raw, hdr, p)
 	})
 	t.Run("read request", func(t *testing.T) {
-		wire := hexBytes(t, siwReadReqFPDU)
-		f := parseSiwFPDU(t, wire, 0x2e, 0xb43286a6)
+		raw := hexBytes(t, siwReadReqFPDU)
+		f := parseSiwFPDU(t, raw, 0x2e, 0xb43286a6)
 		h, err := ddp.Parse(f.ULPDU)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, op := rdmap.Control(h.RsvdULP())
-		if h.Tagged() || !h.Last() || op != rdmap.OpReadRequest || h.QN() != rdmap.QNReadRequest || h.MSN() != 1 || h.MO() != 0 {
+		_, _, op := wire.Control(h.RsvdULP())
+		if h.Tagged() || !h.Last() || op != wire.OpReadRequest || h.QN() != wire.QNReadRequest || h.MSN() != 1 || h.MO() != 0 {
 			t.Errorf("header: tagged %v last %v op %v QN %d MSN %d MO %d", h.Tagged(), h.Last(), op, h.QN(), h.MSN(), h.MO())
 		}
-		rr, err := rdmap.ParseReadRequest(f.ULPDU[h.Len():])
+		rr, err := wire.ParseReadRequest(f.ULPDU[h.Len():])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,20 +161,20 @@ func TestSiwFPDUs(t *testing.T) {
 			rr.SrcSTag() != 0xbf388400 || rr.SrcTO() != 0x000056402cd8bb80 {
 			t.Errorf("read request: sink %#x@%#x size %d src %#x@%#x", rr.SinkSTag(), rr.SinkTO(), rr.Size(), rr.SrcSTag(), rr.SrcTO())
 		}
-		if len(f.ULPDU) != h.Len()+rdmap.ReadRequestLen {
-			t.Errorf("ULPDU %d bytes, want %d", len(f.ULPDU), h.Len()+rdmap.ReadRequestLen)
+		if len(f.ULPDU) != h.Len()+wire.ReadRequestLen {
+			t.Errorf("ULPDU %d bytes, want %d", len(f.ULPDU), h.Len()+wire.ReadRequestLen)
 		}
-		rebuild(t, wire, f.ULPDU, nil)
+		rebuild(t, raw, f.ULPDU, nil)
 	})
 	t.Run("read response", func(t *testing.T) {
-		wire := hexBytes(t, siwReadRespFPDU)
-		f := parseSiwFPDU(t, wire, 0x4e, 0x82a71542)
+		raw := hexBytes(t, siwReadRespFPDU)
+		f := parseSiwFPDU(t, raw, 0x4e, 0x82a71542)
 		h, err := ddp.Parse(f.ULPDU)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, op := rdmap.Control(h.RsvdULP())
-		if !h.Tagged() || !h.Last() || op != rdmap.OpReadResponse || h.Len() != ddp.TaggedHeaderLen {
+		_, _, op := wire.Control(h.RsvdULP())
+		if !h.Tagged() || !h.Last() || op != wire.OpReadResponse || h.Len() != ddp.TaggedHeaderLen {
 			t.Errorf("header: tagged %v last %v op %v", h.Tagged(), h.Last(), op)
 		}
 		// Placed at the Read Request's sink.
@@ -185,8 +185,8 @@ func TestSiwFPDUs(t *testing.T) {
 		if p := f.ULPDU[h.Len():]; !bytes.Equal(p, want) {
 			t.Errorf("payload %q, want %q", p, want)
 		}
-		hdr := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(1, rdmap.OpReadResponse), STag: 0x8ad0ef00, TO: 0x0000556e5a37e530})
-		rebuild(t, wire, hdr, want)
+		hdr := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(1, wire.OpReadResponse), STag: 0x8ad0ef00, TO: 0x0000556e5a37e530})
+		rebuild(t, raw, hdr, want)
 	})
 }
 

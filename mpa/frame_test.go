@@ -16,8 +16,8 @@ import (
 )
 
 // TestGoldenSiwFrames parses the MPA Request and Reply frames Linux siw 6.1
-// sent in the lab (testdata/siw-mpa-*.bin, copied from the captures
-// described in the siw notes, §9) and re-encodes them.
+// sent in the interop lab (testdata/siw-mpa-*.bin, cut from its
+// captures) and re-encodes them.
 func TestGoldenSiwFrames(t *testing.T) {
 	tests := []struct {
 		file string

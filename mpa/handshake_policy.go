@@ -229,7 +229,7 @@ type Policy struct {
 	// first); set this to talk to them.
 	AcceptEarlyFPDUs bool
 	// TerminateLayoutSiw writes Terminate control words in Linux siw's
-	// byte order (see rdmap.LayoutSiw), in the handshake and after it.
+	// byte order (see rdmap/wire.LayoutSiw), in the handshake and after it.
 	TerminateLayoutSiw bool
 }
 

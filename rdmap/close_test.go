@@ -18,6 +18,7 @@ import (
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // load posts a mix of work requests on a (toward b) and receives on both,
@@ -252,7 +253,7 @@ func TestCQOverflow(t *testing.T) {
 	// The peer got a Terminate: RDMAP, local catastrophic.
 	rdmaptest.WaitDone(t, b.qp, 10*time.Second)
 	var te *rdmap.TerminateError
-	if !errors.As(b.qp.Err(), &te) || !te.Remote || te.Layer != rdmap.LayerRDMAP || te.EType != rdmap.ETypeLocalCatastrophic {
+	if !errors.As(b.qp.Err(), &te) || !te.Remote || te.Layer != wire.LayerRDMAP || te.EType != wire.ETypeLocalCatastrophic {
 		t.Fatalf("peer Err %v", b.qp.Err())
 	}
 }
@@ -415,7 +416,7 @@ func TestResponderWaitsForFirstFPDU(t *testing.T) {
 	}
 	p.Write(0x300, 0, nil, true) // zero-length Write: accepted unchecked
 	ul, err := p.NextFPDU(5 * time.Second)
-	if err != nil || rdmaptest.Opcode(ul) != rdmap.OpWrite {
+	if err != nil || rdmaptest.Opcode(ul) != wire.OpWrite {
 		t.Fatalf("after the first FPDU: %v % x", err, ul)
 	}
 	expectWC(t, poll(t, v.cq), 1, rdmap.WCWrite, rdmap.WCSuccess)
@@ -443,23 +444,23 @@ func TestP2PRTR(t *testing.T) {
 			h, _ := ddp.Parse(ul)
 			switch rtr {
 			case mpa.RTRWrite:
-				if rdmaptest.Opcode(ul) != rdmap.OpWrite || h.STag() != 1 || h.TO() != 0 || len(ul) != ddp.TaggedHeaderLen || !h.Last() {
+				if rdmaptest.Opcode(ul) != wire.OpWrite || h.STag() != 1 || h.TO() != 0 || len(ul) != ddp.TaggedHeaderLen || !h.Last() {
 					t.Fatalf("write RTR % x", ul)
 				}
 			case mpa.RTRRead:
-				rr, _ := rdmap.ParseReadRequest(ul[ddp.UntaggedHeaderLen:])
-				if rdmaptest.Opcode(ul) != rdmap.OpReadRequest || h.MSN() != 1 || rr.SinkSTag() != 0 || rr.SrcSTag() != 1 || rr.Size() != 0 {
+				rr, _ := wire.ParseReadRequest(ul[ddp.UntaggedHeaderLen:])
+				if rdmaptest.Opcode(ul) != wire.OpReadRequest || h.MSN() != 1 || rr.SinkSTag() != 0 || rr.SrcSTag() != 1 || rr.Size() != 0 {
 					t.Fatalf("read RTR % x", ul)
 				}
 				// Answer it: a zero-length Read Response to sink STag 0.
-				p.SendULPDU(ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(1, rdmap.OpReadResponse)}))
+				p.SendULPDU(ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(1, wire.OpReadResponse)}))
 			case mpa.RTRSend:
-				if rdmaptest.Opcode(ul) != rdmap.OpSend || h.MSN() != 1 || len(ul) != ddp.UntaggedHeaderLen {
+				if rdmaptest.Opcode(ul) != wire.OpSend || h.MSN() != 1 || len(ul) != ddp.UntaggedHeaderLen {
 					t.Fatalf("send RTR % x", ul)
 				}
 			}
 			ul, err = p.NextFPDU(5 * time.Second)
-			if err != nil || rdmaptest.Opcode(ul) != rdmap.OpWrite {
+			if err != nil || rdmaptest.Opcode(ul) != wire.OpWrite {
 				t.Fatalf("posted Write after the RTR: %v", err)
 			}
 			expectWC(t, poll(t, v.cq), 1, rdmap.WCWrite, rdmap.WCSuccess)
@@ -488,7 +489,7 @@ func TestLeftover(t *testing.T) {
 			cq, cr := rdmaptest.ConnPair(t, false)
 			p := o.Params(false)
 			fr := mpa.Framer{CRC: true, Markers: markers}
-			first := fr.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), []byte("from the handshake")...), nil)
+			first := fr.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), []byte("from the handshake")...), nil)
 			// Half of the first FPDU was read by the handshake.
 			p.Leftover = first[:len(first)/2]
 			if err := v.qp.Start(cq, p); err != nil {
@@ -529,7 +530,7 @@ func TestLocalProtectionError(t *testing.T) {
 	expectWC(t, wcs[1], 3, rdmap.WCSend, rdmap.WCWRFlushErr)
 	rdmaptest.WaitDone(t, b.qp, 10*time.Second)
 	var te *rdmap.TerminateError
-	if err := b.qp.Err(); !errors.As(err, &te) || !te.Remote || te.Layer != rdmap.LayerRDMAP || te.EType != rdmap.ETypeLocalCatastrophic || te.Code != rdmap.CodeUnspecified {
+	if err := b.qp.Err(); !errors.As(err, &te) || !te.Remote || te.Layer != wire.LayerRDMAP || te.EType != wire.ETypeLocalCatastrophic || te.Code != wire.CodeUnspecified {
 		t.Fatalf("peer Err %v", err)
 	}
 }
@@ -674,7 +675,7 @@ func TestORDCredits(t *testing.T) {
 	var reqs [][]byte
 	for range 2 {
 		ul, err := p.NextFPDU(5 * time.Second)
-		if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+		if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
 			t.Fatalf("read request: %v", err)
 		}
 		reqs = append(reqs, ul)
@@ -683,13 +684,13 @@ func TestORDCredits(t *testing.T) {
 		t.Fatalf("a third Read Request (% x) beyond ORD 2", ul)
 	}
 	respond := func(ul []byte) {
-		rr, _ := rdmap.ParseReadRequest(ul[ddp.UntaggedHeaderLen:])
-		h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(1, rdmap.OpReadResponse), STag: rr.SinkSTag(), TO: rr.SinkTO()})
+		rr, _ := wire.ParseReadRequest(ul[ddp.UntaggedHeaderLen:])
+		h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(1, wire.OpReadResponse), STag: rr.SinkSTag(), TO: rr.SinkTO()})
 		p.SendULPDU(append(h, bytes.Repeat([]byte{byte(rr.SrcTO())}, int(rr.Size()))...))
 	}
 	respond(reqs[0])
 	ul, err := p.NextFPDU(5 * time.Second)
-	if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+	if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
 		t.Fatalf("third read request: %v", err)
 	}
 	if h, _ := ddp.Parse(ul); h.MSN() != 3 {

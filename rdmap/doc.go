@@ -69,23 +69,15 @@
 //
 // # Wire code
 //
-// RDMAP's control byte (RV, opcode; RFC 5040 §4.2) and, for Send with
-// Invalidate, the Invalidate STag live in the DDP header's RsvdULP field;
-// ControlByte and Control encode and split the byte. The headers that
-// follow a DDP header are views or small structs with Parse/Append pairs
-// that do not allocate (header.go, terminate.go):
+// The RDMAP codec (control byte, Read Request, atomics, Terminate and the
+// P2P RTR) is package rdmap/wire, which imports only the standard library,
+// ddp and mpa, so that a decoder such as package layers links none of the
+// engine. The engines use it; rdmap re-exports none of it: TerminateError
+// reports a wire.Layer and a wire.Layout.
 //
-//	Read Request (RFC 5040 §4.4, QN 1)       ReadRequest, AppendReadRequest
-//	Terminate (RFC 5040 §4.8, QN 2)          Terminate, ParseTerminate, AppendTerminate
-//	Atomic Request/Response (RFC 7306 §5)    AtomicRequest, AtomicResponse
-//
-// Linux siw writes the Terminate control word from C bitfields, so on x86
-// its bytes are not in RFC order (drivers/infiniband/sw/siw/iwarp.h,
-// struct iwarp_terminate). ParseTerminate detects that layout where the
-// bytes allow it (DetectLayout lists the words that stay ambiguous) and
-// reports which one it read; AppendTerminate writes either.
-//
-// The wire functions keep no state and are safe for concurrent use.
+// The system calls (readv, SO_ERROR, TCP_MAXSEG, guarded mappings) go
+// through rdmap/internal/sys and the data path's buffers come from
+// rdmap/internal/bufpool; nothing outside rdmap imports either.
 //
 // gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
 // file at the root of the module.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // Errors returned by the verbs. Connection-fatal errors (what Err reports
@@ -34,10 +36,10 @@ var (
 // received Terminate.
 type TerminateError struct {
 	Remote bool
-	Layer  Layer
+	Layer  wire.Layer
 	EType  uint8
 	Code   uint8
-	Layout Layout
+	Layout wire.Layout
 	// Bogus reports a received Terminate that was itself malformed (bad
 	// QN, MSN or MO); the QP failed all the same.
 	Bogus bool
@@ -51,7 +53,7 @@ func (e *TerminateError) Error() string {
 	if e.Remote {
 		side = "remote"
 	}
-	s := fmt.Sprintf("rdmap: terminate (%s): %s/%s: %s", side, e.Layer, ETypeName(e.Layer, e.EType), CodeName(e.Layer, e.EType, e.Code))
+	s := fmt.Sprintf("rdmap: terminate (%s): %s/%s: %s", side, e.Layer, wire.ETypeName(e.Layer, e.EType), wire.CodeName(e.Layer, e.EType, e.Code))
 	if e.err != nil {
 		s += ": " + e.err.Error()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // The memory fences: once MR.Deregister, MR.Invalidate, a completed Local
@@ -93,17 +94,17 @@ func newFence(t *testing.T, kind, path string, alloc bool) *fenceSetup {
 	var hdr []byte
 	switch kind {
 	case "write":
-		hdr = ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: f.mr.STag(), TO: 0})
+		hdr = ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: f.mr.STag(), TO: 0})
 	case "send", "srq":
-		hdr = rdmaptest.UntaggedHeader(rdmap.OpSend, rdmap.QNSend, 1, 0, true, 0)
+		hdr = rdmaptest.UntaggedHeader(wire.OpSend, wire.QNSend, 1, 0, true, 0)
 	case "readresp":
 		f.p.Write(0x100, 0, nil, true) // a first FPDU: the victim may send its Read Request
 		ul, err := f.p.NextFPDU(10 * time.Second)
-		if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+		if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
 			t.Fatalf("no Read Request: %v", err)
 		}
-		rr := rdmap.ReadRequest(ul[ddp.UntaggedHeaderLen:])
-		hdr = ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse), STag: rr.SinkSTag(), TO: rr.SinkTO()})
+		rr := wire.ReadRequest(ul[ddp.UntaggedHeaderLen:])
+		hdr = ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: rr.SinkSTag(), TO: rr.SinkTO()})
 	}
 	f.offend = hdr
 	fpdu := f.p.Framer.AppendFPDU(nil, append(hdr, bytes.Repeat([]byte{fencePeer}, fencePlen)...), nil)
@@ -151,7 +152,7 @@ func (f *fenceSetup) trickle() *sync.WaitGroup {
 			b = b[n:]
 		}
 		// And a second Write to the same STag.
-		ul := append(ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: f.mr.STag(), TO: 0}), bytes.Repeat([]byte{fencePeer}, 4096)...)
+		ul := append(ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: f.mr.STag(), TO: 0}), bytes.Repeat([]byte{fencePeer}, 4096)...)
 		_, _ = f.p.Conn.Write(f.p.Framer.AppendFPDU(nil, ul, nil))
 	})
 	return &wg
@@ -223,7 +224,7 @@ func runFence(t *testing.T, path, kind, trig string) {
 		defer rb.Deregister()
 		mustPost(t, qp2.PostRecv(rdmap.RecvWR{ID: 5, SGL: []rdmap.SGE{rb.SGE(0, 64)}}))
 		p2 := rdmaptest.NewRawPeer(t, qp2, nil, false)
-		p2.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, rdmap.QNSend, 1, 0, true, f.mr.STag()), 1, 2, 3))
+		p2.SendULPDU(append(rdmaptest.UntaggedHeader(wire.OpSendInv, wire.QNSend, 1, 0, true, f.mr.STag()), 1, 2, 3))
 		wc := poll(t, cq2)
 		expectWC(t, wc, 5, rdmap.WCRecv, rdmap.WCSuccess)
 		if wc.Flags&rdmap.WCWithInv == 0 || wc.InvalidatedSTag != f.mr.STag() {
@@ -249,7 +250,7 @@ func runFence(t *testing.T, path, kind, trig string) {
 		if kind == "send" || kind == "srq" {
 			wantType, wantCode = uint8(ddp.ErrTypeLocalCatastrophic), uint8(ddp.CodeLocalCatastrophic)
 		}
-		if term.Layer != rdmap.LayerDDP || term.EType != wantType || term.Code != wantCode {
+		if term.Layer != wire.LayerDDP || term.EType != wantType || term.Code != wantCode {
 			t.Errorf("Terminate %v, want DDP type %d code %#x", &term, wantType, wantCode)
 		}
 		if !term.D || !bytes.Equal(term.DDPHeader, f.offend) {

@@ -12,6 +12,7 @@ import (
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // victim is a QP under attack and its memory: a registered window into a
@@ -84,7 +85,7 @@ type hostileCase struct {
 	// attack sends the offending traffic and returns the ULPDU whose
 	// header the Terminate must copy (nil: none).
 	attack func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte
-	layer  rdmap.Layer
+	layer  wire.Layer
 	etype  uint8
 	code   uint8
 	hdr    bool // M and D, the offending DDP header copied
@@ -92,14 +93,14 @@ type hostileCase struct {
 	// recvStatus is the status of the first posted receive (the second
 	// is always flushed).
 	recvStatus rdmap.WCStatus
-	layout     rdmap.Layout
+	layout     wire.Layout
 	// stalls: the offending FPDU never completes; the paths that read
 	// whole FPDUs (buffered, markers) answer with the stall Terminate.
 	stalls bool
 }
 
 func tagged(stag rdmap.STag, to uint64, payload []byte, last bool) []byte {
-	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: stag, TO: to})
+	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: stag, TO: to})
 	return append(h, payload...)
 }
 
@@ -111,197 +112,197 @@ func sendULPDU(p *rdmaptest.RawPeer, ul []byte) []byte {
 var hostileCases = []hostileCase{
 	{name: "write-unknown-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.mr.STag()^0x5a5a00, 0, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
 	{name: "write-stale-key", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.mr.STag()^0x01, 0, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
 	{name: "write-to-out-of-bounds", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.mr.STag(), winSize-8, bytes.Repeat([]byte{1}, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x01, hdr: true},
 	{name: "write-to-wraps", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.mr.STag(), ^uint64(0)-7, bytes.Repeat([]byte{1}, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x01, hdr: true},
 	{name: "write-wrong-pd", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.otherPD.STag(), 0, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x02, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x02, hdr: true},
 	{name: "write-no-access-right", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.localMR.STag(), 0, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
 	{name: "write-stag-changes-mid-message", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.Write(v.mr.STag(), 0, make([]byte, 16), false)
 		return sendULPDU(p, tagged(v.otherPD.STag(), 16, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
 	{name: "write-to-gap", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.Write(v.mr.STag(), 0, make([]byte, 16), false)
 		return sendULPDU(p, tagged(v.mr.STag(), 100, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x01, hdr: true},
 	{name: "send-no-receive", noRecvs: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1, 2, 3))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x02, hdr: true},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), 1, 2, 3))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x02, hdr: true},
 	{name: "send-too-long", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), make([]byte, 65)...))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x02, hdr: true, recvStatus: rdmap.WCLocLenErr},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), make([]byte, 65)...))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x02, hdr: true, recvStatus: rdmap.WCLocLenErr},
 	{name: "send-bad-qn", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 5, 1, 0, true, 0), 1))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x01, hdr: true},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 5, 1, 0, true, 0), 1))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x01, hdr: true},
 	{name: "send-bad-msn", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 2, 0, true, 0), 1))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x03, hdr: true},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 2, 0, true, 0), 1))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x03, hdr: true},
 	{name: "send-msn-zero", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 0, 0, true, 0), 1))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x03, hdr: true},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 0, 0, true, 0), 1))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x03, hdr: true},
 	{name: "send-bad-mo", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 8, true, 0), 1))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x04, hdr: true},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 8, true, 0), 1))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x04, hdr: true},
 	{name: "send-mo-gap", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		p.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, false, 0), 1, 2, 3, 4))
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 5, true, 0), 1))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x04, hdr: true, recvStatus: rdmap.WCWRFlushErr},
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, false, 0), 1, 2, 3, 4))
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 5, true, 0), 1))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x04, hdr: true, recvStatus: rdmap.WCWRFlushErr},
 	{name: "ddp-version-untagged", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		ul := append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1)
+		ul := append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), 1)
 		ul[0] = ul[0]&^ddp.VersionMask | 2
 		p.SendULPDU(ul)
 		return nil
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x06},
+	}, layer: wire.LayerDDP, etype: 2, code: 0x06},
 	{name: "ddp-version-tagged", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		ul := tagged(v.mr.STag(), 0, make([]byte, 4), true)
 		ul[0] &^= ddp.VersionMask
 		p.SendULPDU(ul)
 		return nil
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x04},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x04},
 	{name: "rdmap-version", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		ul := append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1)
-		ul[1] = rdmap.ControlByte(2, rdmap.OpSend)
+		ul := append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), 1)
+		ul[1] = wire.ControlByte(2, wire.OpSend)
 		p.SendULPDU(ul)
 		return nil
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeInvalidVersion},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion},
 	{name: "unknown-opcode", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.SendULPDU(append(rdmaptest.UntaggedHeader(0xc, 0, 1, 0, true, 0), 1))
 		return nil
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnexpectedOpcode},
 	{name: "rfc7306-opcode-refused", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		p.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpImmData, 0, 1, 0, true, 0), make([]byte, 8)...))
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(wire.OpImmData, 0, 1, 0, true, 0), make([]byte, 8)...))
 		return nil
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnexpectedOpcode},
 	{name: "read-request-bad-source-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag() ^ 0x777700}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeInvalidSTag, hdr: true, rdma: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag() ^ 0x777700}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeInvalidSTag, hdr: true, rdma: true},
 	{name: "read-request-no-read-right", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.localMR.STag()}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeAccessRights, hdr: true, rdma: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.localMR.STag()}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeAccessRights, hdr: true, rdma: true},
 	{name: "read-request-out-of-bounds", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag(), SrcTO: winSize - 4}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeBaseBounds, hdr: true, rdma: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag(), SrcTO: winSize - 4}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeBaseBounds, hdr: true, rdma: true},
 	{name: "read-request-wrong-pd", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.otherPD.STag()}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeSTagNotAssoc, hdr: true, rdma: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.otherPD.STag()}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeSTagNotAssoc, hdr: true, rdma: true},
 	{name: "read-request-bad-msn", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 3, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}))
-	}, layer: rdmap.LayerDDP, etype: 2, code: 0x03, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 3, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}))
+	}, layer: wire.LayerDDP, etype: 2, code: 0x03, hdr: true},
 	{name: "read-request-with-payload", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
-		return sendULPDU(p, append(rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}), 1, 2, 3, 4))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnspecified, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, append(wire.AppendReadRequest(h, &wire.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}), 1, 2, 3, 4))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnspecified, hdr: true},
 	{name: "read-requests-beyond-ird-0", o: rdmaptest.Options{ORD: -1}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeCatastrophicStream, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{Size: 16, SrcSTag: v.mr.STag()}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeCatastrophicStream, hdr: true},
 	{name: "read-response-unsolicited", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		ul := tagged(v.mr.STag(), 0, make([]byte, 8), true)
-		ul[1] = rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse)
+		ul[1] = wire.ControlByte(wire.Version1, wire.OpReadResponse)
 		return sendULPDU(p, ul)
-	}, layer: rdmap.LayerDDP, etype: 0, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 0, code: 0x00, hdr: true},
 	{name: "read-response-inside-write", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.Write(v.mr.STag(), 0, make([]byte, 16), false)
 		ul := tagged(v.mr.STag(), 16, make([]byte, 8), true)
-		ul[1] = rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse)
+		ul[1] = wire.ControlByte(wire.Version1, wire.OpReadResponse)
 		return sendULPDU(p, ul)
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnexpectedOpcode, hdr: true},
 	{name: "send-invalidate-bad-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 0, true, 0x42424200), 9))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 0, true, 0x42424200), 9))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
 	{name: "send-invalidate-wrong-pd", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 0, true, v.otherPD.STag()), 9))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 0, true, v.otherPD.STag()), 9))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
 	{name: "atomic-bad-stag", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag() ^ 0x5a5a00, TO: 0, AddSwap: 1}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeInvalidSTag, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendAtomicRequest(h, &wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag() ^ 0x5a5a00, TO: 0, AddSwap: 1}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeInvalidSTag, hdr: true},
 	{name: "atomic-misaligned", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag(), TO: 4, AddSwap: 1}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeBaseBounds, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendAtomicRequest(h, &wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag(), TO: 4, AddSwap: 1}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeBaseBounds, hdr: true},
 	{name: "bad-crc", o: rdmaptest.Options{CRC: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		b := p.Framer.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), 1, 2, 3), nil)
+		b := p.Framer.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), 1, 2, 3), nil)
 		b[len(b)-1] ^= 0xff
 		p.SendRaw(b)
 		return nil
-	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermCRC)},
+	}, layer: wire.LayerLLP, etype: 0, code: uint8(mpa.TermCRC)},
 	{name: "bad-crc-hides-bad-stag", o: rdmaptest.Options{CRC: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		b := p.Framer.AppendFPDU(nil, tagged(0x999900, 0, make([]byte, 100), true), nil)
 		b[len(b)-2] ^= 0x10
 		p.SendRaw(b)
 		return nil
-	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermCRC)},
+	}, layer: wire.LayerLLP, etype: 0, code: uint8(mpa.TermCRC)},
 	{name: "ulpdu-shorter-than-header", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.SendULPDU([]byte{0x41, 0x43, 0, 0})
 		p.Send([]byte("more data"))
 		return nil
-	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermMarker)},
+	}, layer: wire.LayerLLP, etype: 0, code: uint8(mpa.TermMarker)},
 	{name: "truncated-fpdu", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		b := p.Framer.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(rdmap.OpSend, 0, 1, 0, true, 0), make([]byte, 40)...), nil)
+		b := p.Framer.AppendFPDU(nil, append(rdmaptest.UntaggedHeader(wire.OpSend, 0, 1, 0, true, 0), make([]byte, 40)...), nil)
 		p.SendRaw(b[:30])
 		p.CloseWrite()
 		return nil
-	}, layer: rdmap.LayerLLP, etype: 0, code: uint8(mpa.TermTCPClosed), recvStatus: rdmap.WCWRFlushErr},
+	}, layer: wire.LayerLLP, etype: 0, code: uint8(mpa.TermTCPClosed), recvStatus: rdmap.WCWRFlushErr},
 	{name: "siw-layout", o: rdmaptest.Options{TerminateLayoutSiw: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		return sendULPDU(p, tagged(v.mr.STag()^0x5a5a00, 0, make([]byte, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true, layout: rdmap.LayoutSiw},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true, layout: wire.LayoutSiw},
 	// Single-segment messages (issue 9 §4).
 	{name: "read-request-not-last", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, 1, 0, false, 0)
-		return sendULPDU(p, rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag()}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, false, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.mr.STag()}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnexpectedOpcode, hdr: true},
 	{name: "atomic-not-last", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, false, 0)
-		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag(), TO: 0, AddSwap: 1}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpAtomicRequest, 3, 1, 0, false, 0)
+		return sendULPDU(p, wire.AppendAtomicRequest(h, &wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: 1, STag: v.mr.STag(), TO: 0, AddSwap: 1}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnexpectedOpcode, hdr: true},
 	{name: "terminate-not-last", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpTerminate, rdmap.QNTerminate, 1, 0, false, 0)
-		return sendULPDU(p, rdmap.AppendTerminate(h, &rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteOperation, Code: rdmap.CodeUnspecified}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeUnexpectedOpcode, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpTerminate, wire.QNTerminate, 1, 0, false, 0)
+		return sendULPDU(p, wire.AppendTerminate(h, &wire.Terminate{Layer: wire.LayerRDMAP, EType: wire.ETypeRemoteOperation, Code: wire.CodeUnspecified}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeUnexpectedOpcode, hdr: true},
 	{name: "send-invalidate-stag-changes", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		p.SendULPDU(append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 0, false, v.mr.STag()), 1, 2, 3, 4))
-		return sendULPDU(p, append(rdmaptest.UntaggedHeader(rdmap.OpSendInv, 0, 1, 4, true, v.localMR.STag()), 5))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+		p.SendULPDU(append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 0, false, v.mr.STag()), 1, 2, 3, 4))
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 4, true, v.localMR.STag()), 5))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
 	// Read Responses that do not match the outstanding Read (issue 9 §7).
 	{name: "read-response-too-long", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		stag, to := readRequestOf(t, p)
 		return sendULPDU(p, readResponse(stag, to, make([]byte, 16)))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x01, hdr: true},
 	{name: "read-response-wrong-stag", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		stag, to := readRequestOf(t, p)
 		return sendULPDU(p, readResponse(stag^0x100, to, make([]byte, 8)))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
 	{name: "read-response-wrong-to", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		stag, to := readRequestOf(t, p)
 		return sendULPDU(p, readResponse(stag, to+4, make([]byte, 4)))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x01, hdr: true},
 	{name: "atomic-no-atomic-right", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
-		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, 3, 1, 0, true, 0)
-		return sendULPDU(p, rdmap.AppendAtomicRequest(h, &rdmap.AtomicRequest{Op: rdmap.AtomicFetchAdd, ReqID: 1, STag: v.rwMR.STag(), TO: 0, AddSwap: 1}))
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteProtection, code: rdmap.CodeAccessRights, hdr: true},
+		h := rdmaptest.UntaggedHeader(wire.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendAtomicRequest(h, &wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: 1, STag: v.rwMR.STag(), TO: 0, AddSwap: 1}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeAccessRights, hdr: true},
 	{name: "write-after-invalidation", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		if err := v.mr.Invalidate(); err != nil {
 			t.Fatal(err)
 		}
 		return sendULPDU(p, tagged(v.mr.STag(), 16, bytes.Repeat([]byte{1}, 16), true))
-	}, layer: rdmap.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
 	// Garbage after the handshake, declaring a ULPDU that never comes:
 	// answered from the header (as siw does) on the header-first path;
 	// the paths that read whole FPDUs first (the Deframer's) end with the
@@ -309,11 +310,11 @@ var hostileCases = []hostileCase{
 	{name: "garbage-header", stalls: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.SendRaw([]byte{0x13, 0x37, 0x41, 0x00, 0xde, 0xad, 0xbe, 0xef, 0xca, 0xfe, 0xba, 0xbe, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a})
 		return nil
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeInvalidVersion},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion},
 	{name: "second-mpa-request", stalls: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.SendRaw([]byte("MPA ID Req Frame\x10\x02\x00\x04\x00\x01\x00\x01"))
 		return nil
-	}, layer: rdmap.LayerRDMAP, etype: rdmap.ETypeRemoteOperation, code: rdmap.CodeInvalidVersion},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion},
 }
 
 // readRequestOf lets the victim send its Read Request (a first FPDU
@@ -322,15 +323,15 @@ func readRequestOf(t *testing.T, p *rdmaptest.RawPeer) (rdmap.STag, uint64) {
 	t.Helper()
 	p.Write(0x100, 0, nil, true)
 	ul, err := p.NextFPDU(10 * time.Second)
-	if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+	if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
 		t.Fatalf("no Read Request from the victim: %v", err)
 	}
-	rr := rdmap.ReadRequest(ul[ddp.UntaggedHeaderLen:])
+	rr := wire.ReadRequest(ul[ddp.UntaggedHeaderLen:])
 	return rr.SinkSTag(), rr.SinkTO()
 }
 
 func readResponse(stag rdmap.STag, to uint64, payload []byte) []byte {
-	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse), STag: stag, TO: to})
+	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: stag, TO: to})
 	return append(h, payload...)
 }
 
@@ -356,7 +357,7 @@ func TestHostilePeer(t *testing.T) {
 				}
 				if c.stalls && path != "direct" {
 					c.cfg.RxStallTimeout = 100 * time.Millisecond
-					c.layer, c.etype, c.code = rdmap.LayerLLP, mpa.TermTypeMPA, uint8(mpa.TermTCPClosed)
+					c.layer, c.etype, c.code = wire.LayerLLP, mpa.TermTypeMPA, uint8(mpa.TermTCPClosed)
 				}
 				t.Run(c.name, func(t *testing.T) { runHostile(t, dev, ha, hb, c) })
 			}
@@ -378,7 +379,7 @@ func runHostile(t *testing.T, dev *rdmap.Device, ha, hb *side, c hostileCase) {
 			offending := c.attack(t, p, v)
 
 			term, h := p.ExpectTerminate(10 * time.Second)
-			if h.QN() != rdmap.QNTerminate || h.MSN() != 1 || h.MO() != 0 || !h.Last() {
+			if h.QN() != wire.QNTerminate || h.MSN() != 1 || h.MO() != 0 || !h.Last() {
 				t.Errorf("Terminate DDP header: QN %d MSN %d MO %d L %v", h.QN(), h.MSN(), h.MO(), h.Last())
 			}
 			if term.Layer != c.layer || term.EType != c.etype || term.Code != c.code {
@@ -396,13 +397,13 @@ func runHostile(t *testing.T, dev *rdmap.Device, ha, hb *side, c hostileCase) {
 					t.Errorf("terminated DDP header % x, want % x", term.DDPHeader, offending[:hl])
 				}
 				wantLen := len(offending)
-				if c.layout == rdmap.LayoutSiw {
+				if c.layout == wire.LayoutSiw {
 					wantLen -= hl
 				}
 				if int(term.SegLen) != wantLen {
 					t.Errorf("DDP Segment Length %d, want %d", term.SegLen, wantLen)
 				}
-				if c.rdma && !bytes.Equal(term.RDMAHeader, offending[hl:hl+rdmap.ReadRequestLen]) {
+				if c.rdma && !bytes.Equal(term.RDMAHeader, offending[hl:hl+wire.ReadRequestLen]) {
 					t.Errorf("terminated RDMA header % x", term.RDMAHeader)
 				}
 			}
@@ -471,7 +472,7 @@ func pingPong(t *testing.T, a, b *side) {
 // TestReceivedTerminate: a Terminate from the peer puts the QP in ERROR,
 // flushes it, surfaces layer/type/code, and is not answered.
 func TestReceivedTerminate(t *testing.T) {
-	for _, layout := range []rdmap.Layout{rdmap.LayoutRFC, rdmap.LayoutSiw} {
+	for _, layout := range []wire.Layout{wire.LayoutRFC, wire.LayoutSiw} {
 		t.Run(layout.String(), func(t *testing.T) {
 			dev := newDevice(t)
 			v := newVictim(t, dev, rdmap.QPConfig{})
@@ -481,20 +482,20 @@ func TestReceivedTerminate(t *testing.T) {
 			p.Write(0x100, 0, nil, true) // a first FPDU, so the victim may send
 			// Read the victim's Read Request, then refuse it.
 			ul, err := p.NextFPDU(5 * time.Second)
-			if err != nil || rdmaptest.Opcode(ul) != rdmap.OpReadRequest {
+			if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
 				t.Fatalf("expected the victim's Read Request: %v", err)
 			}
-			p.SendTerminate(&rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteProtection, Code: rdmap.CodeInvalidSTag,
+			p.SendTerminate(&wire.Terminate{Layer: wire.LayerRDMAP, EType: wire.ETypeRemoteProtection, Code: wire.CodeInvalidSTag,
 				M: true, D: true, R: true, SegLen: uint16(len(ul)), DDPHeader: ul[:ddp.UntaggedHeaderLen], RDMAHeader: ul[ddp.UntaggedHeaderLen:], Layout: layout})
 			p.ExpectEOFNoData(10 * time.Second)
 			p.Conn.Close()
 			rdmaptest.WaitDone(t, v.qp, 10*time.Second)
 			var te *rdmap.TerminateError
 			err = v.qp.Err()
-			if !errors.As(err, &te) || !te.Remote || te.Layer != rdmap.LayerRDMAP || te.EType != rdmap.ETypeRemoteProtection || te.Code != rdmap.CodeInvalidSTag || te.Layout != layout || te.Bogus {
+			if !errors.As(err, &te) || !te.Remote || te.Layer != wire.LayerRDMAP || te.EType != wire.ETypeRemoteProtection || te.Code != wire.CodeInvalidSTag || te.Layout != layout || te.Bogus {
 				t.Fatalf("Err() = %v (%+v)", err, te)
 			}
-			if !errors.Is(err, &rdmap.TerminateError{Remote: true, Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteProtection, Code: rdmap.CodeInvalidSTag}) {
+			if !errors.Is(err, &rdmap.TerminateError{Remote: true, Layer: wire.LayerRDMAP, EType: wire.ETypeRemoteProtection, Code: wire.CodeInvalidSTag}) {
 				t.Error("errors.Is does not match the TerminateError")
 			}
 			wcs := pollN(t, v.cq, 2)
@@ -531,13 +532,13 @@ func TestReadRequestsBeyondIRD(t *testing.T) {
 	p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{ORD: 1, IRD: 1}, false)
 	var b []byte
 	for i := range 3 {
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, 1, uint32(i+1), 0, true, 0)
-		ul := rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: 0x500, Size: 8 << 20, SrcSTag: big.STag()})
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, uint32(i+1), 0, true, 0)
+		ul := wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x500, Size: 8 << 20, SrcSTag: big.STag()})
 		b = p.Framer.AppendFPDU(b, ul, nil)
 	}
 	p.SendRaw(b)
 	term, _ := p.ExpectTerminate(20 * time.Second)
-	if term.Layer != rdmap.LayerRDMAP || term.EType != rdmap.ETypeRemoteOperation || term.Code != rdmap.CodeCatastrophicStream || !term.D {
+	if term.Layer != wire.LayerRDMAP || term.EType != wire.ETypeRemoteOperation || term.Code != wire.CodeCatastrophicStream || !term.D {
 		t.Fatalf("Terminate %v", &term)
 	}
 	if dh := ddp.Header(term.DDPHeader); dh.QN() != 1 || dh.MSN() != 2 {
@@ -567,7 +568,7 @@ func TestHostileAllocMemoryGuard(t *testing.T) {
 	p.Write(mr.STag(), uint64(mem.Len()-1), []byte{7}, true)
 	p.Write(mr.STag(), uint64(mem.Len()), []byte{7, 7, 7, 7}, true)
 	term, _ := p.ExpectTerminate(10 * time.Second)
-	if term.Layer != rdmap.LayerDDP || term.EType != 1 || term.Code != 0x01 {
+	if term.Layer != wire.LayerDDP || term.EType != 1 || term.Code != 0x01 {
 		t.Fatalf("Terminate %v", &term)
 	}
 	p.ExpectEOF(10 * time.Second)

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gosiw/gosiw/internal/sys"
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
 )
 
 // Memory is anonymous memory mapped outside the Go heap, between two

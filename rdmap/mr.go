@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gosiw/gosiw/ddp"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // STag is a steering tag (RFC 5041 §3): a 24-bit index into the device's
@@ -339,15 +340,15 @@ func (e accessErr) ddpCode() uint8 {
 func (e accessErr) rdmapCode() uint8 {
 	switch e {
 	case accessInvalidSTag:
-		return CodeInvalidSTag
+		return wire.CodeInvalidSTag
 	case accessBounds:
-		return CodeBaseBounds
+		return wire.CodeBaseBounds
 	case accessPD:
-		return CodeSTagNotAssoc
+		return wire.CodeSTagNotAssoc
 	case accessPerm:
-		return CodeAccessRights
+		return wire.CodeAccessRights
 	}
-	return CodeUnspecified
+	return wire.CodeUnspecified
 }
 
 // SGE is a scatter/gather element: Length bytes at Offset of MR.

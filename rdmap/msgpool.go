@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/gosiw/gosiw/internal/bufpool"
+	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
 )
 
 // MsgPool is a pool of registered, fixed-size message buffers for Sends

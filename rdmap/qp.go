@@ -197,11 +197,9 @@ type QP struct {
 	irqHead, irqTail       uint64 // inbound Read/Atomic Requests; +checklocks:sqMu
 	irqCap, orqCap         int
 
-	rqMu           sync.Mutex
-	rq             []rqEntry // +checklocks:rqMu
-	rqMask         uint64
-	rqHead, rqTail uint64   // +checklocks:rqMu
-	rqMode         postMode // +checklocks:rqMu
+	rqMu   sync.Mutex
+	rq     rqRing   // +checklocks:rqMu
+	rqMode postMode // +checklocks:rqMu
 
 	tx txEngine // owned by the send goroutine
 	rx rxEngine // owned by the receive goroutine
@@ -283,9 +281,7 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	qp.sqMask = uint64(n - 1)
 	qp.inline = make([]byte, n*c.MaxInline)
 	if c.SRQ == nil {
-		n = ringSize(c.MaxRecvWR)
-		qp.rq = make([]rqEntry, n)
-		qp.rqMask = uint64(n - 1)
+		qp.rq = newRQRing(c.MaxRecvWR)
 	}
 	if err := qp.scq.attach(qp); err != nil {
 		return nil, err
@@ -630,8 +626,7 @@ func (qp *QP) flushAll() {
 	}
 	qp.rqMu.Lock()
 	qp.rqMode = postFlush
-	for ; qp.rqHead < qp.rqTail; qp.rqHead++ {
-		e := &qp.rq[qp.rqHead&qp.rqMask]
+	for e := qp.rq.pop(); e != nil; e = qp.rq.pop() {
 		wc := WC{ID: e.id, Status: WCWRFlushErr, Op: WCRecv, QPN: qp.qpn}
 		if !qp.rcq.push(&wc) {
 			ovf = true
@@ -810,7 +805,7 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		qp.rqMu.Unlock()
 		return ErrCQOverflow
 	}
-	if qp.rqTail-qp.rqHead >= uint64(qp.cfg.MaxRecvWR) {
+	if qp.rq.len() >= qp.cfg.MaxRecvWR {
 		qp.rqMu.Unlock()
 		return ErrQueueFull
 	}
@@ -822,10 +817,7 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		}
 		return nil
 	}
-	e := &qp.rq[qp.rqTail&qp.rqMask]
-	e.id = wr.ID
-	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
-	qp.rqTail++
+	qp.rq.post(wr)
 	qp.rqMu.Unlock()
 	return nil
 }
@@ -838,16 +830,7 @@ func (qp *QP) takeRecv(e *rqEntry) bool {
 	}
 	qp.rqMu.Lock()
 	defer qp.rqMu.Unlock()
-	if qp.rqHead == qp.rqTail {
-		return false
-	}
-	src := &qp.rq[qp.rqHead&qp.rqMask]
-	*e = *src
-	for i := range src.nsge {
-		src.sgl[i].MR = nil
-	}
-	qp.rqHead++
-	return true
+	return qp.rq.take(e)
 }
 
 // pdForRecv is the PD receive buffers are checked against (the SRQ's, if

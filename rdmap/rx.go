@@ -12,13 +12,13 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/internal/bufpool"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // The receive engine (one goroutine per QP). Without markers it reads
@@ -139,7 +139,7 @@ type rxEngine struct {
 	hn     int
 	ulen   int
 	ddpLen int
-	op     Opcode
+	op     wire.Opcode
 	last   bool
 	plen   int
 	plan   [MaxSGE + 1][]byte
@@ -163,14 +163,14 @@ type rxEngine struct {
 	recvSge    int
 	recvSgeOff uint64
 	recvStatus WCStatus
-	recvOp     Opcode
+	recvOp     wire.Opcode
 	recvInv    STag
 	rtrSwallow bool
 	rtrSeen    bool
 
 	// The tagged message in progress.
 	tagActive bool
-	tagOp     Opcode
+	tagOp     wire.Opcode
 	tagSTag   STag
 	tagTO     uint64
 	tagMR     *MR // Write target, referenced while the message lasts
@@ -512,11 +512,11 @@ func (rx *rxEngine) readvFD(fd uintptr) bool {
 			rx.vn, rx.verr = 0, errCut
 			return true
 		}
-		n, err := unix.Readv(int(fd), rx.viov[:])
+		n, err := sys.Readv(fd, rx.viov[:])
 		switch err {
-		case unix.EINTR:
+		case syscall.EINTR:
 			continue
-		case unix.EAGAIN:
+		case syscall.EAGAIN:
 			return false
 		}
 		rx.vn, rx.verr = n, err
@@ -625,7 +625,7 @@ func (rx *rxEngine) trailer(ulen int) (*termInfo, error) {
 
 func (rx *rxEngine) crcTerm() *termInfo {
 	ti := &rx.ti
-	*ti = termInfo{layer: LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermCRC), cause: mpa.ErrBadCRC}
+	*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermCRC), cause: mpa.ErrBadCRC}
 	return ti
 }
 
@@ -679,7 +679,7 @@ func (rx *rxEngine) malformedDirect(ulen int) (*termInfo, error) {
 
 func (rx *rxEngine) shortTerm() *termInfo {
 	ti := &rx.ti
-	*ti = termInfo{layer: LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermMarker), cause: errShortULPDU}
+	*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermMarker), cause: errShortULPDU}
 	return ti
 }
 
@@ -747,9 +747,9 @@ func (rx *rxEngine) fpduBuffered(ul []byte) *termInfo {
 // Response, Sends), the whole ULPDU for the others, which carry no
 // payload.
 func headerNeed(h []byte, ulen int) int {
-	_, _, op := Control(h[1])
+	_, _, op := wire.Control(h[1])
 	switch op {
-	case OpWrite, OpReadResponse, OpSend, OpSendInv, OpSendSE, OpSendSEInv:
+	case wire.OpWrite, wire.OpReadResponse, wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		return len(h)
 	}
 	return ulen
@@ -757,39 +757,39 @@ func headerNeed(h []byte, ulen int) int {
 
 // ctrlBody returns the exact body size of a control message (-1: at
 // least minimum bytes, as a Terminate).
-func ctrlBody(op Opcode) (size, minimum int) {
+func ctrlBody(op wire.Opcode) (size, minimum int) {
 	switch op {
-	case OpReadRequest:
-		return ReadRequestLen, ReadRequestLen
-	case OpImmData, OpImmDataSE:
-		return ImmDataLen, ImmDataLen
-	case OpAtomicRequest:
-		return AtomicRequestLen, AtomicRequestLen
-	case OpAtomicResponse:
-		return AtomicResponseLen, AtomicResponseLen
+	case wire.OpReadRequest:
+		return wire.ReadRequestLen, wire.ReadRequestLen
+	case wire.OpImmData, wire.OpImmDataSE:
+		return wire.ImmDataLen, wire.ImmDataLen
+	case wire.OpAtomicRequest:
+		return wire.AtomicRequestLen, wire.AtomicRequestLen
+	case wire.OpAtomicResponse:
+		return wire.AtomicResponseLen, wire.AtomicResponseLen
 	}
-	return -1, TermCtrlLen
+	return -1, wire.TermCtrlLen
 }
 
 // queueOf returns the untagged queue of a control message.
-func queueOf(op Opcode) uint32 {
+func queueOf(op wire.Opcode) uint32 {
 	switch op {
-	case OpReadRequest:
-		return QNReadRequest
-	case OpTerminate:
-		return QNTerminate
-	case OpAtomicRequest, OpAtomicResponse:
-		return QNAtomic
+	case wire.OpReadRequest:
+		return wire.QNReadRequest
+	case wire.OpTerminate:
+		return wire.QNTerminate
+	case wire.OpAtomicRequest, wire.OpAtomicResponse:
+		return wire.QNAtomic
 	}
-	return QNSend
+	return wire.QNSend
 }
 
 // rdmapHdrLen is the RDMAP header length after the DDP header.
-func rdmapHdrLen(op Opcode, body int) int {
+func rdmapHdrLen(op wire.Opcode, body int) int {
 	if s, _ := ctrlBody(op); s >= 0 {
 		return s
 	}
-	if op == OpTerminate {
+	if op == wire.OpTerminate {
 		return body
 	}
 	return 0
@@ -797,7 +797,7 @@ func rdmapHdrLen(op Opcode, body int) int {
 
 // term builds the Terminate for the current FPDU; hdrs copies its DDP
 // header (M and D).
-func (rx *rxEngine) term(layer Layer, etype, code uint8, hdrs bool) *termInfo {
+func (rx *rxEngine) term(layer wire.Layer, etype, code uint8, hdrs bool) *termInfo {
 	ti := &rx.ti
 	*ti = termInfo{layer: layer, etype: etype, code: code}
 	if hdrs {
@@ -810,27 +810,27 @@ func (rx *rxEngine) term(layer Layer, etype, code uint8, hdrs bool) *termInfo {
 }
 
 func (rx *rxEngine) termDDP(etype ddp.ErrorType, code ddp.ErrorCode) *termInfo {
-	return rx.term(LayerDDP, uint8(etype), uint8(code), true)
+	return rx.term(wire.LayerDDP, uint8(etype), uint8(code), true)
 }
 
 // termReadReq is an RDMAP remote protection error on a Read Request: M, D
 // and R, with the Read Request header.
 func (rx *rxEngine) termReadReq(code uint8) *termInfo {
-	ti := rx.term(LayerRDMAP, ETypeRemoteProtection, code, true)
+	ti := rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, code, true)
 	ti.hasRDMA = true
 	copy(ti.rdmaHdr[:], rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])
 	return ti
 }
 
 func (rx *rxEngine) intersection() *termInfo {
-	return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode, true)
+	return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, true)
 }
 
-func (rx *rxEngine) opAllowed(op Opcode) bool {
-	if op <= OpTerminate {
+func (rx *rxEngine) opAllowed(op wire.Opcode) bool {
+	if op <= wire.OpTerminate {
 		return true
 	}
-	return rx.qp.cfg.RFC7306 && op <= OpAtomicResponse
+	return rx.qp.cfg.RFC7306 && op <= wire.OpAtomicResponse
 }
 
 func (rx *rxEngine) addRef(mr *MR) bool {
@@ -860,9 +860,9 @@ func (rx *rxEngine) dropRefs() {
 // header check would have given had the region been invalid then.
 func (rx *rxEngine) cutTerm() *termInfo {
 	switch rx.op {
-	case OpWrite:
+	case wire.OpWrite:
 		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
-	case OpReadResponse:
+	case wire.OpReadResponse:
 		rx.qp.setWRStatus(rx.orqE, WCLocProtErr)
 		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
 	}
@@ -885,25 +885,25 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 		// RFC 5041 §7.2: invalid DDP version; siw sends no header back
 		// (the layout is unknown).
 		if h[0]&ddp.FlagTagged != 0 {
-			return rx.term(LayerDDP, uint8(ddp.ErrTypeTagged), uint8(ddp.CodeTaggedVersion), false)
+			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), uint8(ddp.CodeTaggedVersion), false)
 		}
-		return rx.term(LayerDDP, uint8(ddp.ErrTypeUntagged), uint8(ddp.CodeUntaggedVersion), false)
+		return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeUntagged), uint8(ddp.CodeUntaggedVersion), false)
 	}
-	ver, _, op := Control(dh.RsvdULP())
+	ver, _, op := wire.Control(dh.RsvdULP())
 	rx.op = op
-	if ver != Version1 {
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeInvalidVersion, false)
+	if ver != wire.Version1 {
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeInvalidVersion, false)
 	}
 	if !rx.opAllowed(op) || op.Tagged() != dh.Tagged() {
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode, false)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, false)
 	}
 	rx.last = dh.Last()
 	switch op {
-	case OpWrite:
+	case wire.OpWrite:
 		return rx.beginWrite(dh, ulen-hl)
-	case OpReadResponse:
+	case wire.OpReadResponse:
 		return rx.beginReadResp(dh, ulen-hl)
-	case OpSend, OpSendInv, OpSendSE, OpSendSEInv:
+	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		return rx.beginSend(dh, op, ulen-hl)
 	}
 	if !rx.last {
@@ -919,16 +919,16 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	}
 	if size >= 0 && body > size {
 		// A Read Request (or atomic) carrying payload.
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeUnspecified, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnspecified, true)
 	}
-	if op == OpTerminate {
+	if op == wire.OpTerminate {
 		return nil // checked, as siw does, only to call it bogus
 	}
 	qn := dh.QN()
 	if qn != queueOf(op) {
 		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidQN)
 	}
-	if dh.MSN() != rx.msn[qn] || (qn == QNSend && rx.recvActive) {
+	if dh.MSN() != rx.msn[qn] || (qn == wire.QNSend && rx.recvActive) {
 		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
 	}
 	if dh.MO() != 0 {
@@ -943,7 +943,7 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 	qp := rx.qp
 	stag, to := dh.STag(), dh.TO()
 	if rx.tagActive {
-		if rx.tagOp != OpWrite {
+		if rx.tagOp != wire.OpWrite {
 			return rx.intersection()
 		}
 		if stag != rx.tagSTag {
@@ -967,12 +967,12 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 		}
 		st := mr.st.Load()
 		if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(plen)); e != accessOK {
-			return rx.term(LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
+			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
 		}
 		rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(plen)], mr, st
 		rx.nplan = 1
 	}
-	rx.tagActive, rx.tagOp, rx.tagSTag, rx.tagTO = true, OpWrite, stag, to+uint64(plen)
+	rx.tagActive, rx.tagOp, rx.tagSTag, rx.tagTO = true, wire.OpWrite, stag, to+uint64(plen)
 	return nil
 }
 
@@ -980,7 +980,7 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 // the head of the ORQ (siw_rresp_check_ntoh).
 func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	qp := rx.qp
-	if rx.tagActive && rx.tagOp != OpReadResponse {
+	if rx.tagActive && rx.tagOp != wire.OpReadResponse {
 		return rx.intersection()
 	}
 	qp.sqMu.Lock()
@@ -1008,23 +1008,23 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 		st := o.mr.st.Load()
 		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen)); e != accessOK {
 			qp.setWRStatus(o, WCLocProtErr)
-			return rx.term(LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
+			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
 		}
 		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[start:start+uint64(plen)], o.mr, st
 		rx.nplan = 1
 	}
 	rx.orqE = o
-	rx.tagActive, rx.tagOp = true, OpReadResponse
+	rx.tagActive, rx.tagOp = true, wire.OpReadResponse
 	return nil
 }
 
 // beginSend validates a Send segment and plans its scatter into the
 // receive buffer (RFC 5041 §5.4, untagged buffer model;
 // siw_send_check_ntoh and siw_proc_send).
-func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
+func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo {
 	qp := rx.qp
 	msn, mo := dh.MSN(), dh.MO()
-	if dh.QN() != QNSend {
+	if dh.QN() != wire.QNSend {
 		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidQN)
 	}
 	if rx.recvActive {
@@ -1037,20 +1037,20 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 		if op != rx.recvOp {
 			return rx.intersection()
 		}
-		if (op == OpSendInv || op == OpSendSEInv) && STag(dh.RsvdULP32()) != rx.recvInv {
+		if (op == wire.OpSendInv || op == wire.OpSendSEInv) && STag(dh.RsvdULP32()) != rx.recvInv {
 			// Every segment of a Send with Invalidate names the same
 			// STag.
 			rx.recvStatus = WCRemInvReqErr
-			return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeCannotInvalidate, true)
+			return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		}
 	} else {
-		if msn != rx.msn[QNSend] {
+		if msn != rx.msn[wire.QNSend] {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
 		}
 		if mo != 0 {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
 		}
-		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == OpSend && plen == 0 && rx.last {
+		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.last {
 			// The zero-length Send RTR: consumed, not delivered.
 			rx.rtrSwallow = true
 			return nil
@@ -1109,7 +1109,7 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op Opcode, plen int) *termInfo {
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
 	switch rx.op {
-	case OpWrite:
+	case wire.OpWrite:
 		if rx.last {
 			rx.tagActive = false
 			if rx.tagMR != nil {
@@ -1117,40 +1117,40 @@ func (rx *rxEngine) end() *termInfo {
 				rx.tagMR = nil
 			}
 		}
-	case OpReadResponse:
+	case wire.OpReadResponse:
 		rx.orqE.got += uint32(rx.plen)
 		if rx.last {
 			rx.tagActive, rx.orqE = false, nil
 			qp.completeORQ()
 		}
-	case OpSend, OpSendInv, OpSendSE, OpSendSEInv:
+	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		if rx.rtrSwallow {
 			rx.rtrSwallow, rx.rtrSeen = false, true
-			rx.msn[QNSend]++
+			rx.msn[wire.QNSend]++
 			return nil
 		}
 		rx.recvMO += uint32(rx.plen)
 		if rx.last {
 			return rx.completeRecv()
 		}
-	case OpImmData, OpImmDataSE:
-		rx.msn[QNSend]++
+	case wire.OpImmData, wire.OpImmDataSE:
+		rx.msn[wire.QNSend]++
 		if !qp.takeRecv(&rx.recv) {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
 		}
 		wc := WC{ID: rx.recv.id, Op: WCRecvImm, Flags: WCWithImm, QPN: qp.qpn,
 			Imm: binary.BigEndian.Uint64(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])}
-		if rx.op == OpImmDataSE {
+		if rx.op == wire.OpImmDataSE {
 			wc.Flags |= WCSolicited
 		}
 		qp.pushRecv(&wc)
-	case OpReadRequest:
+	case wire.OpReadRequest:
 		return rx.readRequest()
-	case OpTerminate:
+	case wire.OpTerminate:
 		rx.terminate()
-	case OpAtomicRequest:
+	case wire.OpAtomicRequest:
 		return rx.atomicRequest()
-	case OpAtomicResponse:
+	case wire.OpAtomicResponse:
 		return rx.atomicResponse()
 	}
 	return nil
@@ -1168,21 +1168,21 @@ func (qp *QP) pushRecv(wc *WC) {
 // invalidating the Send with Invalidate's STag first (RFC 5040 §5.2).
 func (rx *rxEngine) completeRecv() *termInfo {
 	qp := rx.qp
-	rx.msn[QNSend]++
+	rx.msn[wire.QNSend]++
 	rx.recvActive = false
 	wc := WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.recvMO, QPN: qp.qpn}
-	if rx.recvOp == OpSendSE || rx.recvOp == OpSendSEInv {
+	if rx.recvOp == wire.OpSendSE || rx.recvOp == wire.OpSendSEInv {
 		wc.Flags |= WCSolicited
 	}
 	var ti *termInfo
-	if rx.recvOp == OpSendInv || rx.recvOp == OpSendSEInv {
+	if rx.recvOp == wire.OpSendInv || rx.recvOp == wire.OpSendSEInv {
 		s := rx.recvInv
 		mr := qp.dev.lookupMR(s)
 		switch {
 		case mr == nil || STag(uint32(mr.st.Load())) != s:
-			ti = rx.term(LayerRDMAP, ETypeRemoteOperation, CodeCannotInvalidate, true)
+			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		case mr.pd != qp.pd:
-			ti = rx.term(LayerRDMAP, ETypeRemoteProtection, CodeCannotInvalidate, true)
+			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeCannotInvalidate, true)
 		default:
 			mr.invalidate()
 			wc.Flags |= WCWithInv
@@ -1203,34 +1203,34 @@ func (rx *rxEngine) completeRecv() *termInfo {
 // checking the IRD and the source memory (RFC 5040 §5.3).
 func (rx *rxEngine) readRequest() *termInfo {
 	qp := rx.qp
-	rr := ReadRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+ReadRequestLen])
+	rr := wire.ReadRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+wire.ReadRequestLen])
 	qp.sqMu.Lock()
 	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
 	qp.sqMu.Unlock()
 	if full {
 		// More Read Requests than the IRD (siw: RDMAP, remote operation,
 		// catastrophic error localized to the stream).
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeCatastrophicStream, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCatastrophicStream, true)
 	}
 	size := rr.Size()
 	var mr *MR
 	if size > 0 {
 		mr = qp.dev.lookupMR(rr.SrcSTag())
 		if mr == nil {
-			return rx.termReadReq(CodeInvalidSTag)
+			return rx.termReadReq(wire.CodeInvalidSTag)
 		}
 		if e := mr.check(qp.pd, rr.SrcSTag(), AccessRemoteRead, rr.SrcTO(), uint64(size)); e != accessOK {
 			return rx.termReadReq(e.rdmapCode())
 		}
 		if !mr.acquire() {
-			return rx.termReadReq(CodeInvalidSTag)
+			return rx.termReadReq(wire.CodeInvalidSTag)
 		}
 	}
 	qp.sqMu.Lock()
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{mr: mr, off: rr.SrcTO(), length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()}
 	qp.irqTail++
 	qp.sqMu.Unlock()
-	rx.msn[QNReadRequest]++
+	rx.msn[wire.QNReadRequest]++
 	qp.ring()
 	return nil
 }
@@ -1240,32 +1240,32 @@ func (rx *rxEngine) readRequest() *termInfo {
 func (rx *rxEngine) terminate() {
 	qp := rx.qp
 	dh := ddp.Header(rx.hdr[mpa.LengthFieldLen : mpa.LengthFieldLen+rx.ddpLen])
-	bogus := dh.QN() != QNTerminate || dh.MSN() != rx.msn[QNTerminate] || dh.MO() != 0
-	var t Terminate
+	bogus := dh.QN() != wire.QNTerminate || dh.MSN() != rx.msn[wire.QNTerminate] || dh.MO() != 0
+	var t wire.Terminate
 	body := rx.hdr[mpa.LengthFieldLen+rx.ddpLen : rx.hn]
 	var perr error
 	if qp.p.TerminateLayoutSiw {
 		// The peer is Linux siw: read its layout, no guessing.
-		perr = ParseTerminateLayout(body, LayoutSiw, &t)
+		perr = wire.ParseTerminateLayout(body, wire.LayoutSiw, &t)
 	} else {
-		perr = ParseTerminate(body, &t)
+		perr = wire.ParseTerminate(body, &t)
 	}
 	te := &TerminateError{Remote: true, Layer: t.Layer, EType: t.EType, Code: t.Code, Layout: t.Layout, Bogus: bogus || perr != nil}
 	qp.stats.termRecvd.Add(1)
 	qp.dev.stats.termRecvd.Add(1)
 	qp.lg.Info("terminate received", zap.Stringer("layer", t.Layer),
-		zap.String("type", ETypeName(t.Layer, t.EType)), zap.String("code", CodeName(t.Layer, t.EType, t.Code)),
+		zap.String("type", wire.ETypeName(t.Layer, t.EType)), zap.String("code", wire.CodeName(t.Layer, t.EType, t.Code)),
 		zap.Stringer("layout", t.Layout), zap.Bool("bogus", te.Bogus))
 	// A Terminate about one of our Read or Atomic Requests fails that
 	// work request with a remote error rather than a flush.
 	if perr == nil && t.D && len(t.DDPHeader) == ddp.UntaggedHeaderLen && t.DDPHeader[0]&ddp.FlagTagged == 0 {
 		th := ddp.Header(t.DDPHeader)
-		if qn := th.QN(); qn == QNReadRequest || qn == QNAtomic {
+		if qn := th.QN(); qn == wire.QNReadRequest || qn == wire.QNAtomic {
 			st := WCRemOpErr
-			if t.Layer == LayerRDMAP && t.EType == ETypeRemoteProtection {
+			if t.Layer == wire.LayerRDMAP && t.EType == wire.ETypeRemoteProtection {
 				st = WCRemAccessErr
 			}
-			qp.failRequest(qn == QNAtomic, th.MSN(), st)
+			qp.failRequest(qn == wire.QNAtomic, th.MSN(), st)
 		}
 	}
 	qp.fail(te, nil)
@@ -1276,20 +1276,20 @@ func (rx *rxEngine) terminate() {
 // the target is a little-endian (host order) 64-bit word.
 func (rx *rxEngine) atomicRequest() *termInfo {
 	qp := rx.qp
-	var a AtomicRequest
-	_ = ParseAtomicRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
+	var a wire.AtomicRequest
+	_ = wire.ParseAtomicRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
 	qp.sqMu.Lock()
 	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
 	qp.sqMu.Unlock()
 	if full {
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeCatastrophicStream, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCatastrophicStream, true)
 	}
-	if a.Op != AtomicFetchAdd && a.Op != AtomicCmpSwap {
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode, true)
+	if a.Op != wire.AtomicFetchAdd && a.Op != wire.AtomicCmpSwap {
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, true)
 	}
 	mr := qp.dev.lookupMR(a.STag)
 	if mr == nil {
-		return rx.term(LayerRDMAP, ETypeRemoteProtection, CodeInvalidSTag, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeInvalidSTag, true)
 	}
 	st := mr.st.Load()
 	e := mr.check(qp.pd, a.STag, AccessRemoteAtomic, a.TO, 8)
@@ -1297,20 +1297,20 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 		e = accessBounds
 	}
 	if e != accessOK {
-		return rx.term(LayerRDMAP, ETypeRemoteProtection, e.rdmapCode(), true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, e.rdmapCode(), true)
 	}
 	if !mr.acquire() {
-		return rx.term(LayerRDMAP, ETypeRemoteProtection, CodeInvalidSTag, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeInvalidSTag, true)
 	}
 	if !rx.enterPlace(mr, st) {
 		mr.release()
-		return rx.term(LayerRDMAP, ETypeRemoteProtection, CodeInvalidSTag, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeInvalidSTag, true)
 	}
 	p := mr.buf[a.TO : a.TO+8]
 	qp.dev.atomicMu.Lock()
 	orig := binary.LittleEndian.Uint64(p)
 	v := orig
-	if a.Op == AtomicFetchAdd {
+	if a.Op == wire.AtomicFetchAdd {
 		v = maskedAdd(orig, a.AddSwap, a.AddSwapMask)
 	} else if (orig^a.Compare)&a.CompareMask == 0 {
 		v = orig&^a.AddSwapMask | a.AddSwap&a.AddSwapMask
@@ -1323,7 +1323,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{atomic: true, reqID: a.ReqID, orig: orig}
 	qp.irqTail++
 	qp.sqMu.Unlock()
-	rx.msn[QNAtomic]++
+	rx.msn[wire.QNAtomic]++
 	qp.ring()
 	return nil
 }
@@ -1350,8 +1350,8 @@ func maskedAdd(x, y, mask uint64) uint64 {
 // atomicResponse completes the atomic at the head of the ORQ.
 func (rx *rxEngine) atomicResponse() *termInfo {
 	qp := rx.qp
-	var a AtomicResponse
-	_ = ParseAtomicResponse(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
+	var a wire.AtomicResponse
+	_ = wire.ParseAtomicResponse(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
 	qp.sqMu.Lock()
 	var o *orqEntry
 	if qp.orqHead != qp.orqTail {
@@ -1359,9 +1359,9 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	}
 	qp.sqMu.Unlock()
 	if o == nil || !o.atomic || o.reqID != a.ReqID {
-		return rx.term(LayerRDMAP, ETypeRemoteOperation, CodeUnexpectedOpcode, true)
+		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, true)
 	}
-	rx.msn[QNAtomic]++
+	rx.msn[wire.QNAtomic]++
 	st := o.mr.st.Load()
 	if o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8) != accessOK || !rx.enterPlace(o.mr, st) {
 		qp.setWRStatus(o, WCLocProtErr)

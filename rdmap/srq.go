@@ -19,12 +19,10 @@ type SRQ struct {
 	maxWR  int
 	maxSGE int
 
-	mu         sync.Mutex
-	ring       []rqEntry // +checklocks:mu
-	mask       uint64
-	head, tail uint64 // +checklocks:mu
-	users      int    // +checklocks:mu
-	closed     bool   // +checklocks:mu
+	mu     sync.Mutex
+	rq     rqRing // +checklocks:mu
+	users  int    // +checklocks:mu
+	closed bool   // +checklocks:mu
 }
 
 // CreateSRQ creates a shared receive queue.
@@ -42,8 +40,7 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 	if c.MaxWR < 0 || c.MaxWR > 1<<20 || c.MaxSGE < 0 || c.MaxSGE > MaxSGE {
 		return nil, ErrConfig
 	}
-	n := ringSize(c.MaxWR)
-	return &SRQ{pd: pd, maxWR: c.MaxWR, maxSGE: c.MaxSGE, ring: make([]rqEntry, n), mask: uint64(n - 1)}, nil
+	return &SRQ{pd: pd, maxWR: c.MaxWR, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
 }
 
 // PostRecv posts a receive work request to the SRQ. An SGL longer in
@@ -60,13 +57,10 @@ func (s *SRQ) PostRecv(wr RecvWR) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if s.tail-s.head >= uint64(s.maxWR) {
+	if s.rq.len() >= s.maxWR {
 		return ErrQueueFull
 	}
-	e := &s.ring[s.tail&s.mask]
-	e.id = wr.ID
-	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
-	s.tail++
+	s.rq.post(wr)
 	return nil
 }
 
@@ -74,22 +68,13 @@ func (s *SRQ) PostRecv(wr RecvWR) error {
 func (s *SRQ) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int(s.tail - s.head)
+	return s.rq.len()
 }
 
 func (s *SRQ) take(e *rqEntry) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.head == s.tail {
-		return false
-	}
-	src := &s.ring[s.head&s.mask]
-	*e = *src
-	for i := range src.nsge {
-		src.sgl[i].MR = nil
-	}
-	s.head++
-	return true
+	return s.rq.take(e)
 }
 
 func (s *SRQ) attach() error {
@@ -118,6 +103,6 @@ func (s *SRQ) Close() error {
 		return ErrBusy
 	}
 	s.closed = true
-	s.head = s.tail
+	s.rq.clear()
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // stallVictim is a QP facing a raw peer over net.Pipe inside a synctest
@@ -25,7 +26,7 @@ func stallVictim(t *testing.T, cfg rdmap.QPConfig, o rdmaptest.Options) (*victim
 
 // partialSend writes the first n bytes of the FPDU of a 100-byte Send.
 func partialSend(p *rdmaptest.RawPeer, n int) []byte {
-	ul := append(rdmaptest.UntaggedHeader(rdmap.OpSend, rdmap.QNSend, 1, 0, true, 0), make([]byte, 100)...)
+	ul := append(rdmaptest.UntaggedHeader(wire.OpSend, wire.QNSend, 1, 0, true, 0), make([]byte, 100)...)
 	b := p.Framer.AppendFPDU(nil, ul, nil)
 	go func() { _, _ = p.Conn.Write(b[:n]) }()
 	return b[n:]
@@ -40,7 +41,7 @@ func expectStall(t *testing.T, v *victim, p *rdmaptest.RawPeer, last time.Time, 
 	if got := time.Since(last); got != timeout {
 		t.Errorf("Terminate %v after the last byte, want %v", got, timeout)
 	}
-	if term.Layer != rdmap.LayerLLP || term.EType != mpa.TermTypeMPA || term.Code != uint8(mpa.TermTCPClosed) {
+	if term.Layer != wire.LayerLLP || term.EType != mpa.TermTypeMPA || term.Code != uint8(mpa.TermTCPClosed) {
 		t.Errorf("Terminate %v, want LLP/MPA/TCP connection closed", &term)
 	}
 	p.ExpectEOF(time.Hour)
@@ -48,7 +49,7 @@ func expectStall(t *testing.T, v *victim, p *rdmaptest.RawPeer, last time.Time, 
 	rdmaptest.WaitDone(t, v.qp, time.Hour)
 	err := v.qp.Err()
 	var te *rdmap.TerminateError
-	if !errors.As(err, &te) || te.Remote || te.Layer != rdmap.LayerLLP || !errors.Is(err, rdmap.ErrRxStalled) {
+	if !errors.As(err, &te) || te.Remote || te.Layer != wire.LayerLLP || !errors.Is(err, rdmap.ErrRxStalled) {
 		t.Fatalf("Err() = %v, want the local LLP Terminate caused by ErrRxStalled", err)
 	}
 	wcs := pollN(t, v.cq, 1)

@@ -5,11 +5,10 @@ import (
 	"os"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/internal/sys"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // termInfo is a Terminate to send (RFC 5040 §4.8, with the codes and the
@@ -22,12 +21,12 @@ import (
 //     Read Request header (R).
 //   - Local catastrophic and LLP (MPA) errors copy nothing.
 type termInfo struct {
-	layer       Layer
+	layer       wire.Layer
 	etype, code uint8
 	m           bool
 	ddpHdr      [ddp.UntaggedHeaderLen]byte
 	ddpLen      int
-	rdmaHdr     [ReadRequestLen]byte
+	rdmaHdr     [wire.ReadRequestLen]byte
 	hasRDMA     bool
 	// ulpduLen and payLen describe the terminated FPDU: its ULPDU_Length
 	// and its payload length (what siw puts in DDP Segment Length).
@@ -38,12 +37,12 @@ type termInfo struct {
 // localCatastrophic is the Terminate siw sends when the local side fails
 // (siw_qp_nextstate_from_rts: RDMAP, catastrophic, unspecified 0xff).
 func localCatastrophic(cause error) *termInfo {
-	return &termInfo{layer: LayerRDMAP, etype: ETypeLocalCatastrophic, code: CodeUnspecified, cause: cause}
+	return &termInfo{layer: wire.LayerRDMAP, etype: wire.ETypeLocalCatastrophic, code: wire.CodeUnspecified, cause: cause}
 }
 
 // llpTerm is an MPA (LLP) Terminate.
 func llpTerm(code mpa.TermCode) *termInfo {
-	return &termInfo{layer: LayerLLP, etype: mpa.TermTypeMPA, code: uint8(code)}
+	return &termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(code)}
 }
 
 func (t *termInfo) err() *TerminateError {
@@ -54,10 +53,10 @@ func (t *termInfo) err() *TerminateError {
 // terminated segment's length (DDP header and payload, RFC 5041's "DDP
 // Segment") in the RFC layout, and its payload length in siw's layout,
 // which is what siw writes and reads there.
-func (t *termInfo) message(l Layout) Terminate {
-	m := Terminate{Layer: t.layer, EType: t.etype, Code: t.code, M: t.m, D: t.ddpLen > 0, R: t.hasRDMA, Layout: l}
+func (t *termInfo) message(l wire.Layout) wire.Terminate {
+	m := wire.Terminate{Layer: t.layer, EType: t.etype, Code: t.code, M: t.m, D: t.ddpLen > 0, R: t.hasRDMA, Layout: l}
 	if m.M || m.D || m.R {
-		if l == LayoutSiw {
+		if l == wire.LayoutSiw {
 			m.SegLen = uint16(t.payLen)
 		} else {
 			m.SegLen = uint16(t.ulpduLen)
@@ -107,7 +106,7 @@ func sockError(c net.Conn) error {
 	}
 	var serr int
 	if err := rc.Control(func(fd uintptr) {
-		serr, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		serr = sys.SockError(fd)
 	}); err != nil || serr == 0 {
 		return nil
 	}

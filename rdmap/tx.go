@@ -8,8 +8,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/internal/bufpool"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // The send engine (one goroutine per QP):
@@ -292,17 +293,17 @@ func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
 // FPDU boundary, since batches are written whole).
 func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 	t := &qp.tx
-	layout := LayoutRFC
+	layout := wire.LayoutRFC
 	if qp.p.TerminateLayoutSiw {
-		layout = LayoutSiw
+		layout = wire.LayoutSiw
 	}
 	msg := ti.message(layout)
 	h := ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-		Last: true, RsvdULP: ControlByte(Version1, OpTerminate),
-		QN: QNTerminate, MSN: t.msn[QNTerminate], MO: 0,
+		Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpTerminate),
+		QN: wire.QNTerminate, MSN: t.msn[wire.QNTerminate], MO: 0,
 	})
-	t.msn[QNTerminate]++
-	h = AppendTerminate(h, &msg)
+	t.msn[wire.QNTerminate]++
+	h = wire.AppendTerminate(h, &msg)
 	t.fr.reset()
 	t.fr.begin(h, len(h))
 	t.fr.end()
@@ -316,7 +317,7 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 	qp.stats.termSent.Add(1)
 	qp.dev.stats.termSent.Add(1)
 	qp.lg.Info("terminate sent", zap.Stringer("layer", ti.layer),
-		zap.String("type", ETypeName(ti.layer, ti.etype)), zap.String("code", CodeName(ti.layer, ti.etype, ti.code)))
+		zap.String("type", wire.ETypeName(ti.layer, ti.etype)), zap.String("code", wire.CodeName(ti.layer, ti.etype, ti.code)))
 }
 
 // txBatch fills one batch and writes it. It reports whether anything
@@ -413,9 +414,9 @@ func (qp *QP) txPick() bool {
 				if e.sgl[0].MR.acquire() {
 					o := &qp.orq[qp.orqTail%uint64(len(qp.orq))]
 					*o = orqEntry{atomic: e.op != WRRead, sqIdx: idx, mr: e.sgl[0].MR, off: e.sgl[0].Offset,
-						sinkSTag: e.sgl[0].MR.STag(), length: e.sgl[0].Length, msn: t.msn[QNReadRequest]}
+						sinkSTag: e.sgl[0].MR.STag(), length: e.sgl[0].Length, msn: t.msn[wire.QNReadRequest]}
 					if o.atomic {
-						o.msn = t.msn[QNAtomic]
+						o.msn = t.msn[wire.QNAtomic]
 						t.reqID++
 						o.reqID = t.reqID
 						t.curReqID = t.reqID
@@ -513,21 +514,21 @@ func (qp *QP) txEmit() bool {
 	switch e.op {
 	case WRLocalInv:
 	case WRSend, WRSendInv:
-		op := OpSend
+		op := wire.OpSend
 		switch {
 		case e.op == WRSendInv && e.solicited:
-			op = OpSendSEInv
+			op = wire.OpSendSEInv
 		case e.op == WRSendInv:
-			op = OpSendInv
+			op = wire.OpSendInv
 		case e.solicited:
-			op = OpSendSE
+			op = wire.OpSendSE
 		}
 		if !qp.txEmitData(e, op) {
 			return false
 		}
 	case WRWrite, WRWriteImm, WRImmData:
 		if t.phase == 0 {
-			if !qp.txEmitData(e, OpWrite) {
+			if !qp.txEmitData(e, wire.OpWrite) {
 				return false
 			}
 			if e.op == WRWrite {
@@ -535,14 +536,14 @@ func (qp *QP) txEmit() bool {
 			}
 			t.phase = 1
 		}
-		op := OpImmData
+		op := wire.OpImmData
 		if e.solicited {
-			op = OpImmDataSE
+			op = wire.OpImmDataSE
 		}
 		if !t.fr.room(maxCtrlHdr, 0) {
 			return false
 		}
-		h := t.untagged(op, QNSend, 0, 0)
+		h := t.untagged(op, wire.QNSend, 0, 0)
 		h = binary.BigEndian.AppendUint64(h, e.imm)
 		t.fr.begin(h, len(h))
 		t.fr.end()
@@ -550,8 +551,8 @@ func (qp *QP) txEmit() bool {
 		if !t.fr.room(maxCtrlHdr, 0) {
 			return false
 		}
-		h := t.untagged(OpReadRequest, QNReadRequest, 0, 0)
-		h = AppendReadRequest(h, &ReadRequestFields{
+		h := t.untagged(wire.OpReadRequest, wire.QNReadRequest, 0, 0)
+		h = wire.AppendReadRequest(h, &wire.ReadRequestFields{
 			SinkSTag: e.sgl[0].MR.STag(), SinkTO: e.sgl[0].Offset, Size: e.length,
 			SrcSTag: e.remote.STag, SrcTO: e.remote.Offset,
 		})
@@ -562,14 +563,14 @@ func (qp *QP) txEmit() bool {
 			return false
 		}
 		reqID := t.curReqID
-		a := AtomicRequest{Op: AtomicFetchAdd, ReqID: reqID, STag: e.remote.STag, TO: e.remote.Offset,
+		a := wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: reqID, STag: e.remote.STag, TO: e.remote.Offset,
 			AddSwap: e.cmpAdd, AddSwapMask: e.addMask}
 		if e.op == WRCmpSwap {
-			a = AtomicRequest{Op: AtomicCmpSwap, ReqID: reqID, STag: e.remote.STag, TO: e.remote.Offset,
+			a = wire.AtomicRequest{Op: wire.AtomicCmpSwap, ReqID: reqID, STag: e.remote.STag, TO: e.remote.Offset,
 				AddSwap: e.swap, AddSwapMask: e.swapMask, Compare: e.cmpAdd, CompareMask: e.cmpMask}
 		}
-		h := t.untagged(OpAtomicRequest, QNAtomic, 0, 0)
-		h = AppendAtomicRequest(h, &a)
+		h := t.untagged(wire.OpAtomicRequest, wire.QNAtomic, 0, 0)
+		h = wire.AppendAtomicRequest(h, &a)
 		t.fr.begin(h, len(h))
 		t.fr.end()
 	}
@@ -594,9 +595,9 @@ func (t *txEngine) dropJobRefs() {
 
 // untagged builds an untagged DDP header (L set) with the RDMAP control
 // byte of op, taking the next MSN of qn (the caller emits one message).
-func (t *txEngine) untagged(op Opcode, qn uint32, mo uint32, inv STag) []byte {
+func (t *txEngine) untagged(op wire.Opcode, qn uint32, mo uint32, inv STag) []byte {
 	h := ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-		Last: true, RsvdULP: ControlByte(Version1, op), RsvdULP32: uint32(inv),
+		Last: true, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(inv),
 		QN: qn, MSN: t.msn[qn], MO: mo,
 	})
 	t.msn[qn]++
@@ -606,9 +607,9 @@ func (t *txEngine) untagged(op Opcode, qn uint32, mo uint32, inv STag) []byte {
 // txEmitData queues the segments of a Send (untagged) or Write (tagged)
 // message carrying the work request's payload. It reports true when the
 // whole message is queued.
-func (qp *QP) txEmitData(e *sqEntry, op Opcode) bool {
+func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	t := &qp.tx
-	tagged := op == OpWrite
+	tagged := op == wire.OpWrite
 	hlen := ddp.UntaggedHeaderLen
 	if tagged {
 		hlen = ddp.TaggedHeaderLen
@@ -623,12 +624,12 @@ func (qp *QP) txEmitData(e *sqEntry, op Opcode) bool {
 		var h []byte
 		if tagged {
 			h = ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
-				Last: last, RsvdULP: ControlByte(Version1, op), STag: e.remote.STag, TO: e.remote.Offset + uint64(t.off),
+				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), STag: e.remote.STag, TO: e.remote.Offset + uint64(t.off),
 			})
 		} else {
 			h = ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-				Last: last, RsvdULP: ControlByte(Version1, op), RsvdULP32: uint32(e.invSTag),
-				QN: QNSend, MSN: t.msn[QNSend], MO: t.off,
+				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(e.invSTag),
+				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.off,
 			})
 		}
 		t.fr.begin(h, hlen+n)
@@ -642,7 +643,7 @@ func (qp *QP) txEmitData(e *sqEntry, op Opcode) bool {
 		t.off += uint32(n)
 		if last {
 			if !tagged {
-				t.msn[QNSend]++
+				t.msn[wire.QNSend]++
 			}
 			t.off = 0
 			return true
@@ -679,8 +680,8 @@ func (qp *QP) txEmitResponse() bool {
 		if !t.fr.room(maxCtrlHdr, 0) {
 			return false
 		}
-		h := t.untagged(OpAtomicResponse, QNAtomic, 0, 0)
-		h = AppendAtomicResponse(h, &AtomicResponse{ReqID: r.reqID, OriginalValue: r.orig})
+		h := t.untagged(wire.OpAtomicResponse, wire.QNAtomic, 0, 0)
+		h = wire.AppendAtomicResponse(h, &wire.AtomicResponse{ReqID: r.reqID, OriginalValue: r.orig})
 		t.fr.begin(h, len(h))
 		t.fr.end()
 	} else {
@@ -691,7 +692,7 @@ func (qp *QP) txEmitResponse() bool {
 				return false
 			}
 			h := ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
-				Last: last, RsvdULP: ControlByte(Version1, OpReadResponse), STag: r.sinkSTag, TO: r.sinkTO + uint64(t.off),
+				Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: r.sinkSTag, TO: r.sinkTO + uint64(t.off),
 			})
 			t.fr.begin(h, ddp.TaggedHeaderLen+n)
 			if n > 0 {
@@ -718,29 +719,29 @@ func (qp *QP) txEmitResponse() bool {
 }
 
 // txEmitRTR queues the P2P ready-to-receive message the initiator sends
-// first (RFC 6581 §3), as siw builds it (siw_qp_mpa_rts): a zero-length
-// RDMA Write to STag 1 ("some HW may treat STag 0 special"), or a
-// zero-length Read Request with sink STag 0 and source STag 1, or a
-// zero-length Send.
+// first (RFC 6581 §3), as wire.AppendRTR builds it (as siw does): a
+// zero-length RDMA Write, Read Request or Send. The Read Request takes a
+// hidden ORQ entry, so its zero-length Read Response completes nothing;
+// an untagged RTR takes MSN 1 of its queue.
 func (qp *QP) txEmitRTR() bool {
 	t := &qp.tx
 	if !t.fr.room(maxCtrlHdr, 0) {
 		return false
 	}
-	var h []byte
-	switch qp.p.RTR {
+	rtr := qp.p.RTR
+	switch rtr {
 	case mpa.RTRWrite:
-		h = ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{Last: true, RsvdULP: ControlByte(Version1, OpWrite), STag: 1})
 	case mpa.RTRRead:
 		qp.sqMu.Lock()
 		qp.orq[qp.orqTail%uint64(len(qp.orq))] = orqEntry{hidden: true}
 		qp.orqTail++
 		qp.sqMu.Unlock()
-		h = t.untagged(OpReadRequest, QNReadRequest, 0, 0)
-		h = AppendReadRequest(h, &ReadRequestFields{SrcSTag: 1})
-	default:
-		h = t.untagged(OpSend, QNSend, 0, 0)
+		t.msn[wire.QNReadRequest]++
+	default: // a Send, as for any value Start let through
+		rtr = mpa.RTRSend
+		t.msn[wire.QNSend]++
 	}
+	h := wire.AppendRTR(t.hdr[:0], rtr)
 	t.fr.begin(h, len(h))
 	t.fr.end()
 	t.job = jobNone

@@ -5,8 +5,8 @@ import (
 	"io"
 	"net"
 
-	"github.com/gosiw/gosiw/internal/bufpool"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
 )
 
 // Framing limits of one batch (one writev): the iovec count stays under

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gosiw/gosiw/layers"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 func newDumpCmd() *cobra.Command {
@@ -299,7 +299,7 @@ func dumpFPDUJSON(r *layers.Record) jsonFPDU {
 	}
 	rd := &jsonRDMAP{Version: d.RDMAPVersion, Opcode: d.Opcode.String()}
 	j.RDMAP = rd
-	if !d.Tagged && rdmap.Opcode(d.Opcode).HasInvalidateSTag() {
+	if !d.Tagged && wire.Opcode(d.Opcode).HasInvalidateSTag() {
 		rd.InvSTag = jsonPtr(d.InvalidateSTag)
 	}
 	if rr := r.ReadRequest; rr != nil {
@@ -407,7 +407,7 @@ func dumpTextLine(r *layers.Record) string {
 				b.WriteString(" L")
 			}
 			fmt.Fprintf(&b, " | RDMAP v%d %s", d.RDMAPVersion, d.Opcode)
-			if !d.Tagged && rdmap.Opcode(d.Opcode).HasInvalidateSTag() {
+			if !d.Tagged && wire.Opcode(d.Opcode).HasInvalidateSTag() {
 				fmt.Fprintf(&b, " inv %#x", d.InvalidateSTag)
 			}
 		}

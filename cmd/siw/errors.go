@@ -14,6 +14,7 @@ import (
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // explain turns a connection error into a sentence a person can act on:
@@ -36,7 +37,7 @@ func explain(addr, what string, err error) error {
 			who = "the peer sent"
 		}
 		return fmt.Errorf("connection terminated: %s a Terminate: layer %s, type %s, code %s (%#02x)\n  (%v)",
-			who, te.Layer, rdmap.ETypeName(te.Layer, te.EType), rdmap.CodeName(te.Layer, te.EType, te.Code), te.Code, err)
+			who, te.Layer, wire.ETypeName(te.Layer, te.EType), wire.CodeName(te.Layer, te.EType, te.Code), te.Code, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("unreachable: %s refused the TCP connection (is %s listening there?)", addr, what)
 	case errors.As(err, &ce):

@@ -14,9 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // siw probe: connect to an iWARP peer with hand-made MPA Requests, one TCP
@@ -244,7 +243,7 @@ func (p *prober) ask(ctx context.Context, req []byte) (outcome, error) {
 			// half set up, and closing it then trips the BUG() above.
 			time.Sleep(p.o.firstSendDelay)
 			fr := mpa.Framer{CRC: r.CRC || sent.CRC, Markers: r.Markers}
-			if _, werr := c.Write(appendRTR(nil, &fr, rtr)); werr == nil {
+			if _, werr := c.Write(fr.AppendFPDU(nil, wire.AppendRTR(nil, rtr), nil)); werr == nil {
 				// Close gracefully: FIN, then wait for the peer's.
 				if tc, ok := c.(*net.TCPConn); ok {
 					_ = tc.CloseWrite()
@@ -255,25 +254,6 @@ func (p *prober) ask(ctx context.Context, req []byte) (outcome, error) {
 		}
 	}
 	return out, err
-}
-
-// appendRTR appends the FPDU of RTR r as Linux siw sends it
-// (siw_qp_mpa_rts): a zero-length RDMA Write to STag 1, a zero-length
-// Read Request with source STag 1, or a zero-length Send.
-func appendRTR(b []byte, f *mpa.Framer, r mpa.RTR) []byte {
-	var hdr []byte
-	switch r {
-	case mpa.RTRWrite:
-		hdr = ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: 1})
-	case mpa.RTRRead:
-		hdr = ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true,
-			RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpReadRequest), QN: rdmap.QNReadRequest, MSN: 1})
-		hdr = rdmap.AppendReadRequest(hdr, &rdmap.ReadRequestFields{SrcSTag: 1})
-	case mpa.RTRSend:
-		hdr = ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true,
-			RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpSend), QN: rdmap.QNSend, MSN: 1})
-	}
-	return f.AppendFPDU(b, hdr, nil)
 }
 
 func (p *prober) exchange(c net.Conn, req []byte) (outcome, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gosiw/gosiw/cm"
-	"github.com/gosiw/gosiw/internal/daemon"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/size"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
@@ -92,16 +92,16 @@ func regionRun(cmd *cobra.Command, write bool, addr, name string, f *regionFlags
 		cfg.MPA.CRC = mpa.CRCOn
 	}
 	conn, err := (&cm.Dialer{Config: cfg}).Dial(ctx, addr, dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1,
-		PrivateData: []byte(daemon.RegionPrefix + name)})
+		PrivateData: []byte(proto.RegionPrefix + name)})
 	if err != nil {
 		return fmt.Errorf("region: %w", explain(addr, "siwd", err))
 	}
 	defer conn.Close()
-	stag, size, acc, err := daemon.ParseRegionReply(conn.PrivateData)
+	stag, size, acc, err := proto.ParseRegionReply(conn.PrivateData)
 	if err != nil {
 		return err
 	}
-	if write && acc&daemon.AccessWrite == 0 || !write && acc&daemon.AccessRead == 0 {
+	if write && acc&proto.AccessWrite == 0 || !write && acc&proto.AccessRead == 0 {
 		return fmt.Errorf("region: %s grants %s access only", name, acc)
 	}
 	if f.offset.N < 0 || f.offset.N > size {

@@ -32,6 +32,7 @@ import (
 	"github.com/gosiw/gosiw/internal/daemon"
 	"github.com/gosiw/gosiw/internal/perf"
 	"github.com/gosiw/gosiw/internal/version"
+	"github.com/gosiw/gosiw/rdmap"
 )
 
 func main() {
@@ -204,7 +205,11 @@ func run(cmd *cobra.Command, f *flags) error {
 	if err != nil {
 		return err
 	}
-	srv.Perf = perf.Service
+	// daemon hands its own types; perf takes them as its interfaces, so
+	// that perf does not import daemon. m is never nil (daemon.New).
+	srv.Perf = func(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Metrics) error {
+		return perf.Service(ctx, ss, pd, m)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := srv.Listen(ctx); err != nil {

@@ -10,41 +10,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/size"
 )
-
-// Access is what clients may do to an exported region.
-type Access uint8
-
-const (
-	AccessRead  Access = 1 << iota // remote read
-	AccessWrite                    // remote write
-)
-
-func (a Access) String() string {
-	switch a {
-	case AccessRead:
-		return "r"
-	case AccessWrite:
-		return "w"
-	case AccessRead | AccessWrite:
-		return "rw"
-	}
-	return "none"
-}
-
-// ParseAccess parses "r", "w" or "rw".
-func ParseAccess(s string) (Access, error) {
-	switch s {
-	case "r":
-		return AccessRead, nil
-	case "w":
-		return AccessWrite, nil
-	case "rw", "wr":
-		return AccessRead | AccessWrite, nil
-	}
-	return 0, fmt.Errorf("access %q: want r, w or rw", s)
-}
 
 // RegionSpec describes an exported memory region.
 type RegionSpec struct {
@@ -59,7 +27,7 @@ type Region struct {
 	Name   string
 	Size   int64
 	File   string
-	Access Access
+	Access proto.Access
 }
 
 // ConfigSpec is siwd's configuration as read from a TOML file; flags given
@@ -319,7 +287,7 @@ func (rs RegionSpec) Build() (Region, error) {
 	if acc == "" {
 		acc = "rw"
 	}
-	if r.Access, err = ParseAccess(acc); err != nil {
+	if r.Access, err = proto.ParseAccess(acc); err != nil {
 		return r, fmt.Errorf("region %s: %w", rs.Name, err)
 	}
 	return r, nil

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gosiw/gosiw/internal/proto"
 )
 
 func TestParseSize(t *testing.T) {
@@ -27,11 +29,11 @@ func TestRegionFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := rs.Build()
-	if err != nil || r.Name != "scratch" || r.Size != 1<<30 || r.Access != AccessRead|AccessWrite || r.File != "" {
+	if err != nil || r.Name != "scratch" || r.Size != 1<<30 || r.Access != proto.AccessRead|proto.AccessWrite || r.File != "" {
 		t.Fatalf("%+v %v", r, err)
 	}
 	rs, _ = ParseRegionFlag("name=ro,size=4096,file=/tmp/x,access=r")
-	if r, err := rs.Build(); err != nil || r.Access != AccessRead || r.File != "/tmp/x" {
+	if r, err := rs.Build(); err != nil || r.Access != proto.AccessRead || r.File != "/tmp/x" {
 		t.Fatalf("%+v %v", r, err)
 	}
 	for _, bad := range []string{"name=a,size=1K,access=x", "name=,size=1K", "name=a", "size=1K,name=a,bogus=1", "name=a size"} {

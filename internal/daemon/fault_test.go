@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // TestTruncatedFileRegion: a file-backed region whose file another
@@ -46,8 +48,8 @@ func testTruncatedRegion(t *testing.T, crc bool, faultOp rdmap.WROpcode) {
 		t.Fatal(err)
 	}
 	s, m, stop := startServer(t, &Config{Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
-		Regions: []Region{{Name: "file", Size: size, File: file, Access: AccessRead | AccessWrite},
-			{Name: "mem", Size: 64 << 10, Access: AccessRead | AccessWrite}}})
+		Regions: []Region{{Name: "file", Size: size, File: file, Access: proto.AccessRead | proto.AccessWrite},
+			{Name: "mem", Size: 64 << 10, Access: proto.AccessRead | proto.AccessWrite}}})
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -73,12 +75,12 @@ func testTruncatedRegion(t *testing.T, crc bool, faultOp rdmap.WROpcode) {
 		qp, _ := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq})
 		t.Cleanup(func() { qp.Close() })
 		conn, err := (&cm.Dialer{Config: &cm.Config{MPA: policy}}).Dial(ctx, s.Addr().String(), dev,
-			cm.ConnParam{QP: qp, IRD: 4, ORD: 4, PrivateData: []byte(RegionPrefix + region)})
+			cm.ConnParam{QP: qp, IRD: 4, ORD: 4, PrivateData: []byte(proto.RegionPrefix + region)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		stag, _, _, err := ParseRegionReply(conn.PrivateData)
+		stag, _, _, err := proto.ParseRegionReply(conn.PrivateData)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +123,7 @@ func testTruncatedRegion(t *testing.T, crc bool, faultOp rdmap.WROpcode) {
 	}
 	<-a.conn.Done()
 	var te *rdmap.TerminateError
-	if err := a.qp.Err(); crc && faultOp == rdmap.WRRead && (!errors.As(err, &te) || !te.Remote || te.EType != rdmap.ETypeLocalCatastrophic) {
+	if err := a.qp.Err(); crc && faultOp == rdmap.WRRead && (!errors.As(err, &te) || !te.Remote || te.EType != wire.ETypeLocalCatastrophic) {
 		t.Errorf("client of the truncated region: %v, want siwd's local catastrophic Terminate", err)
 	} else {
 		t.Logf("client of the truncated region: %v", err)

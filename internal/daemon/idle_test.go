@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -22,7 +23,7 @@ import (
 // held is given back. Traffic before the idle time does not prevent it.
 func TestIdleTimeout(t *testing.T) {
 	s, m, stop := startServer(t, &Config{Listen: "127.0.0.1:0", ShutdownTimeout: time.Second, IdleTimeout: 20 * time.Millisecond,
-		Regions: []Region{{Name: "r", Size: 4096, Access: AccessRead}}})
+		Regions: []Region{{Name: "r", Size: 4096, Access: proto.AccessRead}}})
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -33,12 +34,12 @@ func TestIdleTimeout(t *testing.T) {
 	defer cq.Close()
 	qp, _ := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq})
 	defer qp.Close()
-	conn, err := cm.Dial(ctx, s.Addr().String(), dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1, PrivateData: []byte(RegionPrefix + "r")})
+	conn, err := cm.Dial(ctx, s.Addr().String(), dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1, PrivateData: []byte(proto.RegionPrefix + "r")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	stag, _, _, _ := ParseRegionReply(conn.PrivateData)
+	stag, _, _, _ := proto.ParseRegionReply(conn.PrivateData)
 	buf := make([]byte, 4096)
 	mr, _ := pd.RegisterMemory(buf, rdmap.AccessLocalWrite)
 	qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRRead, SGL: []rdmap.SGE{mr.SGE(0, 4096)}, Remote: rdmap.Remote{STag: stag}, Signaled: true})

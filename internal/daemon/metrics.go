@@ -28,6 +28,24 @@ type Metrics struct {
 	OpLatency       *prometheus.HistogramVec // op
 }
 
+// OpCounters returns the Ops and Bytes counters of direction dir and
+// opcode (package perf's Metrics).
+func (m *Metrics) OpCounters(dir, opcode string) (ops, bytes prometheus.Counter) {
+	return m.Ops.WithLabelValues(dir, opcode), m.Bytes.WithLabelValues(dir, opcode)
+}
+
+// LatencyObserver returns the OpLatency histogram of op (package perf's
+// Metrics).
+func (m *Metrics) LatencyObserver(op string) prometheus.Observer {
+	return m.OpLatency.WithLabelValues(op)
+}
+
+// HandshakeCounter returns the Handshakes counter of result and reason
+// (package perf's Metrics).
+func (m *Metrics) HandshakeCounter(result, reason string) prometheus.Counter {
+	return m.Handshakes.WithLabelValues(result, reason)
+}
+
 // NewMetrics creates the metrics on a new registry (with Go and process
 // collectors).
 func NewMetrics() *Metrics {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/nvmeof"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/mpa"
 )
 
@@ -32,7 +33,7 @@ func (s *Server) listenNVMe(ctx context.Context) error {
 		sub := &nvmeof.Subsystem{NQN: sc.NQN, AllowedHosts: sc.AllowedHosts}
 		for i, name := range sc.Namespaces {
 			r := s.regions[name]
-			ns := &nvmeof.Namespace{NSID: uint32(i + 1), Data: r.mem, ReadOnly: r.Access&AccessWrite == 0}
+			ns := &nvmeof.Namespace{NSID: uint32(i + 1), Data: r.mem, ReadOnly: r.Access&proto.AccessWrite == 0}
 			if r.File != "" {
 				mem := r.mem
 				ns.Sync = func() error { return unix.Msync(mem, unix.MS_SYNC) }

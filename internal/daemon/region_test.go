@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/gosiw/gosiw/internal/proto"
 )
 
 // mapPerms returns the permissions ("r--s", "rw-s", ...) of the mapping
@@ -47,7 +49,7 @@ func TestReadOnlyFileRegion(t *testing.T) {
 	}
 	st0, _ := os.Stat(small)
 
-	_, err := New(&Config{Listen: "127.0.0.1:0", Regions: []Region{{Name: "a", Size: 8 << 10, File: small, Access: AccessRead}}}, nil, nil)
+	_, err := New(&Config{Listen: "127.0.0.1:0", Regions: []Region{{Name: "a", Size: 8 << 10, File: small, Access: proto.AccessRead}}}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "holds 4096 bytes, fewer than the region's 8192") {
 		t.Fatalf("8 KiB read-only region over a 4 KiB file: %v, want a refusal naming both sizes", err)
 	}
@@ -55,7 +57,7 @@ func TestReadOnlyFileRegion(t *testing.T) {
 		t.Fatalf("the refused file changed: size %d mode %v", st.Size(), st.Mode())
 	}
 	missing := filepath.Join(dir, "missing.img")
-	if _, err := New(&Config{Regions: []Region{{Name: "m", Size: 4096, File: missing, Access: AccessRead}}}, nil, nil); err == nil {
+	if _, err := New(&Config{Regions: []Region{{Name: "m", Size: 4096, File: missing, Access: proto.AccessRead}}}, nil, nil); err == nil {
 		t.Fatal("a read-only region over a missing file was accepted")
 	}
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
@@ -64,8 +66,8 @@ func TestReadOnlyFileRegion(t *testing.T) {
 
 	// The file is 0400: only a read-only open can map it.
 	s, err := New(&Config{Listen: "127.0.0.1:0", ShutdownTimeout: time.Second,
-		Regions: []Region{{Name: "a", Size: 4096, File: small, Access: AccessRead},
-			{Name: "w", Size: 8192, File: filepath.Join(dir, "w.img"), Access: AccessRead | AccessWrite}}}, nil, nil)
+		Regions: []Region{{Name: "a", Size: 4096, File: small, Access: proto.AccessRead},
+			{Name: "w", Size: 8192, File: filepath.Join(dir, "w.img"), Access: proto.AccessRead | proto.AccessWrite}}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

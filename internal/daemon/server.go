@@ -6,7 +6,7 @@
 // Which service a connection wants is told by its MPA private data:
 //
 //	empty                  rping responder (rping sends no private data)
-//	"gosiw-region/1 NAME"  exported region NAME (see RegionReply)
+//	"gosiw-region/1 NAME"  exported region NAME (see proto.RegionReply)
 //	"gosiw-perf/1 ..."     perf responder (see package perf)
 //
 // A refused client gets an MPA Reply with R set whose private data is a
@@ -41,21 +41,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/rping"
-	"github.com/gosiw/gosiw/internal/sys"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
-// Service prefixes in a Request's private data.
-const (
-	RegionPrefix = "gosiw-region/1 "
-	PerfPrefix   = "gosiw-perf/1"
-)
-
 // PerfService serves one perf connection, answering ss's request through
 // ss (Accept or Reject); package perf provides it (set by cmd/siwd to keep
-// this package free of it). ctx ends when siwd shuts down.
+// this package free of it; package perf takes ss and m as its Session and
+// Metrics interfaces). ctx ends when siwd shuts down; m is never nil.
 type PerfService func(ctx context.Context, ss *Session, pd *rdmap.PD, m *Metrics) error
 
 // Server is a running siwd.
@@ -139,7 +134,7 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 	// mapped PROT_READ, and a file shorter than the region is refused
 	// (mapping past its end would fault). A writable one is created or
 	// grown to the region's size.
-	writable := r.Access&AccessWrite != 0
+	writable := r.Access&proto.AccessWrite != 0
 	var f *os.File
 	var err error
 	if writable {
@@ -164,7 +159,7 @@ func (s *Server) mapRegion(r Region) (*region, error) {
 			return nil, fmt.Errorf("region %s: %w", r.Name, err)
 		}
 	}
-	fm, err := sys.MapFile(f, r.Size, writable)
+	fm, err := mapFile(f, r.Size, writable)
 	if err != nil {
 		return nil, fmt.Errorf("region %s: map %s: %w", r.Name, r.File, err)
 	}
@@ -332,10 +327,10 @@ func (s *Server) handle(ctx context.Context, req *cm.Request) {
 	case len(pd) == 0:
 		ss.service = "rping"
 		serve = func() error { return s.serveRping(ctx, ss) }
-	case bytes.HasPrefix(pd, []byte(RegionPrefix)):
+	case bytes.HasPrefix(pd, []byte(proto.RegionPrefix)):
 		ss.service = "region"
-		serve = func() error { return s.serveRegion(ctx, ss, string(pd[len(RegionPrefix):])) }
-	case bytes.HasPrefix(pd, []byte(PerfPrefix)) && s.Perf != nil:
+		serve = func() error { return s.serveRegion(ctx, ss, string(pd[len(proto.RegionPrefix):])) }
+	case bytes.HasPrefix(pd, []byte(proto.PerfPrefix)) && s.Perf != nil:
 		ss.service = "perf"
 		serve = func() error { return s.Perf(s.stopping, ss, s.dev.AllocPD(), s.m) }
 	default:
@@ -391,25 +386,6 @@ func (s *Server) serveRping(ctx context.Context, ss *Session) error {
 	return err
 }
 
-// RegionReply is the private data of siwd's Reply to a region request:
-// "gosiw-region/1" then the STag (4 bytes), the size (8) and the access
-// ("r", "w" or "rw"), big-endian, space separated in text for readability:
-// "gosiw-region/1 stag=0x12345601 size=1073741824 access=rw".
-func RegionReply(stag rdmap.STag, size int64, acc Access) string {
-	return fmt.Sprintf("gosiw-region/1 stag=%#08x size=%d access=%s", uint32(stag), size, acc)
-}
-
-// ParseRegionReply decodes RegionReply's text.
-func ParseRegionReply(pd []byte) (stag rdmap.STag, size int64, acc Access, err error) {
-	var st uint32
-	var a string
-	if _, err = fmt.Sscanf(string(pd), "gosiw-region/1 stag=0x%x size=%d access=%s", &st, &size, &a); err != nil {
-		return 0, 0, 0, fmt.Errorf("siwd: bad region reply %q: %w", pd, err)
-	}
-	acc, err = ParseAccess(a)
-	return rdmap.STag(st), size, acc, err
-}
-
 func (s *Server) serveRegion(ctx context.Context, ss *Session, name string) error {
 	req := ss.Request()
 	r := s.regions[name]
@@ -419,10 +395,10 @@ func (s *Server) serveRegion(ctx context.Context, ss *Session, name string) erro
 	}
 	pd := s.dev.AllocPD()
 	acc := rdmap.Access(0)
-	if r.Access&AccessRead != 0 {
+	if r.Access&proto.AccessRead != 0 {
 		acc |= rdmap.AccessRemoteRead
 	}
-	if r.Access&AccessWrite != 0 {
+	if r.Access&proto.AccessWrite != 0 {
 		acc |= rdmap.AccessRemoteWrite | rdmap.AccessLocalWrite
 	}
 	mr, err := pd.RegisterMemory(r.mem, acc)
@@ -444,7 +420,7 @@ func (s *Server) serveRegion(ctx context.Context, ss *Session, name string) erro
 	}
 	defer qp.Close()
 	conn, err := ss.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
-		PrivateData: []byte(RegionReply(mr.STag(), r.Size, r.Access))})
+		PrivateData: []byte(proto.RegionReply(mr.STag(), r.Size, r.Access))})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/rping"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -149,8 +150,8 @@ func TestRegionReadWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _, stop := startServer(t, &Config{Listen: "127.0.0.1:0", ShutdownTimeout: time.Second,
-		Regions: []Region{{Name: "scratch", Size: 1 << 20, Access: AccessRead | AccessWrite},
-			{Name: "ro", Size: 4096, File: ro, Access: AccessRead}}})
+		Regions: []Region{{Name: "scratch", Size: 1 << 20, Access: proto.AccessRead | proto.AccessWrite},
+			{Name: "ro", Size: 4096, File: ro, Access: proto.AccessRead}}})
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -167,7 +168,7 @@ func TestRegionReadWrite(t *testing.T) {
 
 	dialRegion := func(name string) (*cm.Conn, *rdmap.QP, error) {
 		qp, _ := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq})
-		conn, err := cm.Dial(ctx, s.Addr().String(), dev, cm.ConnParam{QP: qp, IRD: 4, ORD: 4, PrivateData: []byte(RegionPrefix + name)})
+		conn, err := cm.Dial(ctx, s.Addr().String(), dev, cm.ConnParam{QP: qp, IRD: 4, ORD: 4, PrivateData: []byte(proto.RegionPrefix + name)})
 		if err != nil {
 			qp.Close()
 		}
@@ -182,8 +183,8 @@ func TestRegionReadWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qp.Close()
-	stag, size, acc, err := ParseRegionReply(conn.PrivateData)
-	if err != nil || size != 1<<20 || acc != AccessRead|AccessWrite {
+	stag, size, acc, err := proto.ParseRegionReply(conn.PrivateData)
+	if err != nil || size != 1<<20 || acc != proto.AccessRead|proto.AccessWrite {
 		t.Fatalf("reply %q: %v", conn.PrivateData, err)
 	}
 	wait := func() rdmap.WC {
@@ -216,7 +217,7 @@ func TestRegionReadWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qp2.Close()
-	stag, _, _, _ = ParseRegionReply(conn.PrivateData)
+	stag, _, _, _ = proto.ParseRegionReply(conn.PrivateData)
 	qp2.PostSend(rdmap.SendWR{ID: 3, Op: rdmap.WRWrite, SGL: []rdmap.SGE{mr.SGE(0, 16)}, Remote: rdmap.Remote{STag: stag}, Signaled: true})
 	<-conn.Done()
 	var te *rdmap.TerminateError

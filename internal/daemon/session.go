@@ -12,6 +12,7 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // Session is one request a service answers, as siwd tracks it. A service
@@ -210,8 +211,8 @@ func (ss *Session) end(err error) {
 		if te.Remote {
 			dir = "received"
 		}
-		s.m.Terminates.WithLabelValues(dir, te.Layer.String(), rdmap.ETypeName(te.Layer, te.EType),
-			rdmap.CodeName(te.Layer, te.EType, te.Code)).Inc()
+		s.m.Terminates.WithLabelValues(dir, te.Layer.String(), wire.ETypeName(te.Layer, te.EType),
+			wire.CodeName(te.Layer, te.EType, te.Code)).Inc()
 		outcome = "terminate_" + dir
 	}
 	if err != nil {

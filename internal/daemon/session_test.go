@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/rping"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -28,7 +29,7 @@ func TestEveryConnectionCountedAndLogged(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	m := NewMetrics()
 	s, err := New(&Config{Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
-		Regions: []Region{{Name: "r", Size: 4096, Access: AccessRead}}}, zap.New(core), m)
+		Regions: []Region{{Name: "r", Size: 4096, Access: proto.AccessRead}}}, zap.New(core), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +75,12 @@ func TestEveryConnectionCountedAndLogged(t *testing.T) {
 	}
 
 	// 1. A perf accept that fails: counted, and the client is refused.
-	if _, _, err := dial(PerfPrefix + " fail"); !strings.Contains(rejectText(err), "cannot accept") {
+	if _, _, err := dial(proto.PerfPrefix + " fail"); !strings.Contains(rejectText(err), "cannot accept") {
 		t.Fatalf("perf accept failure: %v, want a reject", err)
 	}
 	// 2. A Terminate on a perf connection: a Write to an STag siwd never
 	// gave.
-	conn, qp, err := dial(PerfPrefix + " op=write")
+	conn, qp, err := dial(proto.PerfPrefix + " op=write")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +105,12 @@ func TestEveryConnectionCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Close()
-	gc, _, err := dial(RegionPrefix + "r")
+	gc, _, err := dial(proto.RegionPrefix + "r")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gc.Close()
-	if _, _, err := dial(RegionPrefix + "none"); rejectText(err) == "" {
+	if _, _, err := dial(proto.RegionPrefix + "none"); rejectText(err) == "" {
 		t.Fatalf("unknown region: %v", err)
 	}
 	stop()

@@ -17,6 +17,7 @@ import (
 	"github.com/gosiw/gosiw/internal/daemon"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -513,7 +514,7 @@ func TestTerminate(t *testing.T) {
 		defer c.Close()
 	}
 	var te *rdmap.TerminateError
-	if !errors.As(err, &te) || !te.Remote || te.Layer != rdmap.LayerDDP {
+	if !errors.As(err, &te) || !te.Remote || te.Layer != wire.LayerDDP {
 		t.Fatalf("err %v, want a remote DDP Terminate", err)
 	}
 	t.Log(err)

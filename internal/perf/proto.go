@@ -7,12 +7,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
 // Prefix starts the private data of every perf Request and Reply (and
 // siwd routes Requests to Service by it).
-const Prefix = "gosiw-perf/1"
+const Prefix = proto.PerfPrefix
 
 // MaxPrivateData is the longest private data perf sends either way: what
 // Linux siw takes in an MPA revision 2 frame (mpa.SiwMaxPrivateData less

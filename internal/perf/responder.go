@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gosiw/gosiw/cm"
-	"github.com/gosiw/gosiw/internal/daemon"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // ConnInfo tells ServerConfig.OnConn about a connection: when it is
@@ -42,6 +42,36 @@ type ConnInfo struct {
 	Err error
 }
 
+// Session is siwd's handle on the one Request it hands Service
+// (internal/daemon's *Session implements it): the Request, and the only
+// ways to answer it, Accept or Reject, at most once, from the goroutine
+// that runs Service. MemoryLimit bounds the buffers of the connection;
+// Reserve takes n bytes from siwd's memory budget for the life of the
+// connection, or says why not.
+type Session interface {
+	Request() *cm.Request
+	Accept(p cm.ConnParam) (*cm.Conn, error)
+	Reject(kind, reason string)
+	MemoryLimit() int64
+	Reserve(n int64) error
+}
+
+// Metrics is where a responder counts what it serves (internal/daemon's
+// *Metrics implements it). Each method returns a collector that may be
+// used from any goroutine, for as long as the Metrics lives.
+type Metrics interface {
+	// OpCounters returns the counters of the operations and of the bytes
+	// that go in direction dir ("rx" or "tx") with the RDMAP opcode
+	// named opcode (wire.Opcode's String).
+	OpCounters(dir, opcode string) (ops, bytes prometheus.Counter)
+	// LatencyObserver returns the latency histogram of op
+	// ("perf_pingpong"), in seconds.
+	LatencyObserver(op string) prometheus.Observer
+	// HandshakeCounter returns the counter of handshakes that ended with
+	// result ("accepted", "failed") for reason ("" or "accept").
+	HandshakeCounter(result, reason string) prometheus.Counter
+}
+
 // Service serves one perf Request that siwd has taken: it accepts it (or
 // rejects it with a readable reason of at most MaxPrivateData bytes)
 // through ss, which counts and logs the connection as siwd does every one,
@@ -50,7 +80,7 @@ type ConnInfo struct {
 // when not nil, counts the operations and bytes served (dir/opcode) and
 // the pingpong echo latency (op "perf_pingpong"); write and read are
 // counted when the test ends.
-func Service(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Metrics) error {
+func Service(ctx context.Context, ss Session, pd *rdmap.PD, m Metrics) error {
 	ans := answer{accept: ss.Accept, reject: func(reason []byte) { ss.Reject("perf", string(reason)) },
 		limit: ss.MemoryLimit(), reserve: ss.Reserve}
 	_, err := serveConn(ctx, ss.Request(), ans, pd, m, 0, nil)
@@ -78,7 +108,7 @@ type ServerConfig struct {
 	// CRC when the client asks for it (mpa.CRCOff) unless CM says more.
 	CM *cm.Config
 	// Metrics, when set, receive what Service counts.
-	Metrics *daemon.Metrics
+	Metrics Metrics
 	// OnConn, when set, is told about each connection. It is called from
 	// the connections' goroutines, possibly concurrently.
 	OnConn func(ConnInfo)
@@ -139,10 +169,10 @@ func (s *Server) Serve(ctx context.Context) error {
 			ans.accept = func(p cm.ConnParam) (*cm.Conn, error) {
 				c, err := req.Accept(p)
 				if err != nil {
-					m.Handshakes.WithLabelValues("failed", "accept").Inc()
+					m.HandshakeCounter("failed", "accept").Inc()
 					return nil, err
 				}
-				m.Handshakes.WithLabelValues("accepted", "").Inc()
+				m.HandshakeCounter("accepted", "").Inc()
 				return c, nil
 			}
 		}
@@ -207,27 +237,28 @@ type meters struct {
 	lat                            prometheus.Observer
 }
 
-func newMeters(m *daemon.Metrics, op Op) meters {
+func newMeters(m Metrics, op Op) meters {
 	if m == nil {
 		return meters{}
 	}
 	var rx, tx string
 	switch op {
 	case OpWrite:
-		rx = rdmap.OpWrite.String()
+		rx = wire.OpWrite.String()
 	case OpRead:
-		rx, tx = rdmap.OpReadRequest.String(), rdmap.OpReadResponse.String()
+		rx, tx = wire.OpReadRequest.String(), wire.OpReadResponse.String()
 	case OpSend:
-		rx = rdmap.OpSend.String()
+		rx = wire.OpSend.String()
 	case OpPingPong:
-		rx, tx = rdmap.OpSend.String(), rdmap.OpSend.String()
+		rx, tx = wire.OpSend.String(), wire.OpSend.String()
 	}
-	ms := meters{rxOps: m.Ops.WithLabelValues("rx", rx), rxBytes: m.Bytes.WithLabelValues("rx", rx)}
+	var ms meters
+	ms.rxOps, ms.rxBytes = m.OpCounters("rx", rx)
 	if tx != "" {
-		ms.txOps, ms.txBytes = m.Ops.WithLabelValues("tx", tx), m.Bytes.WithLabelValues("tx", tx)
+		ms.txOps, ms.txBytes = m.OpCounters("tx", tx)
 	}
 	if op == OpPingPong {
-		ms.lat = m.OpLatency.WithLabelValues("perf_pingpong")
+		ms.lat = m.LatencyObserver("perf_pingpong")
 	}
 	return ms
 }
@@ -240,7 +271,7 @@ func add(c prometheus.Counter, v uint64) {
 
 // serveConn answers req and serves the connection. It returns what
 // OnConn is told at the end.
-func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m *daemon.Metrics, id int, onConn func(ConnInfo)) (ConnInfo, error) {
+func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m Metrics, id int, onConn func(ConnInfo)) (ConnInfo, error) {
 	info := ConnInfo{ID: id, Transport: "gosiw", Remote: req.RemoteAddr}
 	refuse := func(err error) (ConnInfo, error) {
 		reason := RejectText(err)

@@ -22,7 +22,9 @@ func startSiwd(t *testing.T, cfg *daemon.Config) (*daemon.Server, *daemon.Metric
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Perf = Service
+	srv.Perf = func(ctx context.Context, ss *daemon.Session, pd *rdmap.PD, m *daemon.Metrics) error {
+		return Service(ctx, ss, pd, m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := srv.Listen(ctx); err != nil {
 		cancel()

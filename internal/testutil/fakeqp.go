@@ -17,7 +17,7 @@ import (
 
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // ErrAborted is a FakeQP's Err after an abrupt local Disconnect.
@@ -26,7 +26,7 @@ var ErrAborted = errors.New("testutil: QP aborted locally")
 // TerminateError is a FakeQP's Err after it received a Terminate.
 type TerminateError struct {
 	// Terminate is the message as decoded.
-	Terminate rdmap.Terminate
+	Terminate wire.Terminate
 }
 
 // Error describes the Terminate.
@@ -256,16 +256,16 @@ func (q *FakeQP) readLoop(d *mpa.Deframer) error {
 
 // ParseTerminate reports whether ulpdu is an RDMAP Terminate (untagged, QN
 // 2, opcode 7) and decodes it.
-func ParseTerminate(ulpdu []byte) (rdmap.Terminate, bool) {
-	var t rdmap.Terminate
+func ParseTerminate(ulpdu []byte) (wire.Terminate, bool) {
+	var t wire.Terminate
 	h, err := ddp.Parse(ulpdu)
-	if err != nil || h.Tagged() || h.QN() != rdmap.QNTerminate {
+	if err != nil || h.Tagged() || h.QN() != wire.QNTerminate {
 		return t, false
 	}
-	if _, _, op := rdmap.Control(h.RsvdULP()); op != rdmap.OpTerminate {
+	if _, _, op := wire.Control(h.RsvdULP()); op != wire.OpTerminate {
 		return t, false
 	}
-	if rdmap.ParseTerminate(ulpdu[h.Len():], &t) != nil {
+	if wire.ParseTerminate(ulpdu[h.Len():], &t) != nil {
 		return t, false
 	}
 	return t, true

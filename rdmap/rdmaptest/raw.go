@@ -11,6 +11,7 @@ import (
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // RawPeer is the far end of a QP built from the wire packages alone: it
@@ -77,34 +78,34 @@ func (p *RawPeer) SendRaw(b []byte) {
 
 // Write sends one RDMA Write segment.
 func (p *RawPeer) Write(stag rdmap.STag, to uint64, payload []byte, last bool) {
-	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: stag, TO: to})
+	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: stag, TO: to})
 	p.SendULPDU(append(h, payload...))
 }
 
 // UntaggedHeader builds an untagged DDP header with RDMAP opcode op.
-func UntaggedHeader(op rdmap.Opcode, qn, msn, mo uint32, last bool, inv rdmap.STag) []byte {
-	return ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: last, RsvdULP: rdmap.ControlByte(rdmap.Version1, op), RsvdULP32: uint32(inv), QN: qn, MSN: msn, MO: mo})
+func UntaggedHeader(op wire.Opcode, qn, msn, mo uint32, last bool, inv rdmap.STag) []byte {
+	return ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(inv), QN: qn, MSN: msn, MO: mo})
 }
 
 // Send sends a whole Send message in one segment with the next MSN.
 func (p *RawPeer) Send(payload []byte) {
-	h := UntaggedHeader(rdmap.OpSend, rdmap.QNSend, p.MSN[0], 0, true, 0)
+	h := UntaggedHeader(wire.OpSend, wire.QNSend, p.MSN[0], 0, true, 0)
 	p.MSN[0]++
 	p.SendULPDU(append(h, payload...))
 }
 
 // ReadRequest sends a Read Request with the next MSN.
-func (p *RawPeer) ReadRequest(f *rdmap.ReadRequestFields) {
-	h := UntaggedHeader(rdmap.OpReadRequest, rdmap.QNReadRequest, p.MSN[1], 0, true, 0)
+func (p *RawPeer) ReadRequest(f *wire.ReadRequestFields) {
+	h := UntaggedHeader(wire.OpReadRequest, wire.QNReadRequest, p.MSN[1], 0, true, 0)
 	p.MSN[1]++
-	p.SendULPDU(rdmap.AppendReadRequest(h, f))
+	p.SendULPDU(wire.AppendReadRequest(h, f))
 }
 
 // SendTerminate sends a Terminate.
-func (p *RawPeer) SendTerminate(t *rdmap.Terminate) {
-	h := UntaggedHeader(rdmap.OpTerminate, rdmap.QNTerminate, p.MSN[2], 0, true, 0)
+func (p *RawPeer) SendTerminate(t *wire.Terminate) {
+	h := UntaggedHeader(wire.OpTerminate, wire.QNTerminate, p.MSN[2], 0, true, 0)
 	p.MSN[2]++
-	p.SendULPDU(rdmap.AppendTerminate(h, t))
+	p.SendULPDU(wire.AppendTerminate(h, t))
 }
 
 // NextFPDU reads the next FPDU (within d) and returns a copy of its
@@ -119,14 +120,14 @@ func (p *RawPeer) NextFPDU(d time.Duration) ([]byte, error) {
 }
 
 // Opcode returns the RDMAP opcode of a ULPDU.
-func Opcode(ulpdu []byte) rdmap.Opcode {
-	_, _, op := rdmap.Control(ulpdu[1])
+func Opcode(ulpdu []byte) wire.Opcode {
+	_, _, op := wire.Control(ulpdu[1])
 	return op
 }
 
 // ExpectTerminate reads FPDUs until a Terminate arrives and returns it
 // decoded, with the DDP header it came in. Other FPDUs are skipped.
-func (p *RawPeer) ExpectTerminate(d time.Duration) (rdmap.Terminate, ddp.Header) {
+func (p *RawPeer) ExpectTerminate(d time.Duration) (wire.Terminate, ddp.Header) {
 	p.tb.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -134,15 +135,15 @@ func (p *RawPeer) ExpectTerminate(d time.Duration) (rdmap.Terminate, ddp.Header)
 		if err != nil {
 			p.tb.Fatalf("raw peer: no Terminate: %v", err)
 		}
-		if len(ul) < ddp.UntaggedHeaderLen || Opcode(ul) != rdmap.OpTerminate {
+		if len(ul) < ddp.UntaggedHeaderLen || Opcode(ul) != wire.OpTerminate {
 			continue
 		}
 		h, err := ddp.Parse(ul)
 		if err != nil {
 			p.tb.Fatalf("raw peer: Terminate DDP header: %v", err)
 		}
-		var t rdmap.Terminate
-		if err := rdmap.ParseTerminate(ul[h.Len():], &t); err != nil {
+		var t wire.Terminate
+		if err := wire.ParseTerminate(ul[h.Len():], &t); err != nil {
 			p.tb.Fatalf("raw peer: Terminate: %v", err)
 		}
 		t.DDPHeader = append([]byte(nil), t.DDPHeader...)

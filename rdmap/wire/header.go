@@ -1,4 +1,4 @@
-package rdmap
+package wire
 
 import (
 	"encoding/binary"
