@@ -18,6 +18,7 @@ import (
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // FuzzEngine drives a live QP (the MPA responder, over loopback TCP)
@@ -311,11 +312,11 @@ func newEngReader(c net.Conn, crc bool) *engReader {
 			ul := append([]byte(nil), f.ULPDU...)
 			if len(ul) >= ddp.UntaggedHeaderLen && ul[0]&ddp.FlagTagged == 0 {
 				switch rdmaptest.Opcode(ul) {
-				case rdmap.OpReadRequest:
+				case wire.OpReadRequest:
 					r.readReqs = append(r.readReqs, ul)
-				case rdmap.OpAtomicRequest:
+				case wire.OpAtomicRequest:
 					r.atomics = append(r.atomics, ul)
-				case rdmap.OpTerminate:
+				case wire.OpTerminate:
 					r.terms = append(r.terms, ul)
 				}
 			}
@@ -472,7 +473,7 @@ func (g *gen) op() {
 			if s == segs-1 {
 				k = n - s*k
 			}
-			h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: s == segs-1, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: st, TO: to})
+			h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: s == segs-1, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: st, TO: to})
 			g.fpdu(append(h, g.fill(k)...), flags)
 			to += uint64(k)
 		}
@@ -487,52 +488,52 @@ func (g *gen) op() {
 		if sel%8 == 1 {
 			lim = winROLen
 		}
-		msn := g.msn[rdmap.QNReadRequest]
+		msn := g.msn[wire.QNReadRequest]
 		if flags&0x10 != 0 {
 			msn = d.u32()
 		}
-		if !(sel%8 <= 1 && (sel%8 == 1 || g.allOK) && to+uint64(size) <= lim && msn == g.msn[rdmap.QNReadRequest] && g.ird < 16) {
+		if !(sel%8 <= 1 && (sel%8 == 1 || g.allOK) && to+uint64(size) <= lim && msn == g.msn[wire.QNReadRequest] && g.ird < 16) {
 			g.clean = false
 		}
-		if msn == g.msn[rdmap.QNReadRequest] {
-			g.msn[rdmap.QNReadRequest]++
+		if msn == g.msn[wire.QNReadRequest] {
+			g.msn[wire.QNReadRequest]++
 			g.ird++
 		}
-		h := rdmaptest.UntaggedHeader(rdmap.OpReadRequest, rdmap.QNReadRequest, msn, 0, true, 0)
-		g.fpdu(rdmap.AppendReadRequest(h, &rdmap.ReadRequestFields{SinkSTag: rdmap.STag(d.u32()), SinkTO: d.u64(), Size: size, SrcSTag: src, SrcTO: to}), flags)
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, wire.QNReadRequest, msn, 0, true, 0)
+		g.fpdu(wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: rdmap.STag(d.u32()), SinkTO: d.u64(), Size: size, SrcSTag: src, SrcTO: to}), flags)
 	case opTerminate:
 		g.clean = false
-		t := rdmap.Terminate{Layer: rdmap.Layer(d.u8() % 4), EType: d.u8() % 16, Code: d.u8()}
+		t := wire.Terminate{Layer: wire.Layer(d.u8() % 4), EType: d.u8() % 16, Code: d.u8()}
 		flags := d.u8()
-		h := rdmaptest.UntaggedHeader(rdmap.OpTerminate, rdmap.QNTerminate, g.msn[rdmap.QNTerminate], 0, true, 0)
+		h := rdmaptest.UntaggedHeader(wire.OpTerminate, wire.QNTerminate, g.msn[wire.QNTerminate], 0, true, 0)
 		if flags&0x10 != 0 {
-			h = rdmaptest.UntaggedHeader(rdmap.OpTerminate, d.u32()%4, d.u32(), d.u32(), flags&0x20 == 0, 0)
+			h = rdmaptest.UntaggedHeader(wire.OpTerminate, d.u32()%4, d.u32(), d.u32(), flags&0x20 == 0, 0)
 		}
-		g.fpdu(rdmap.AppendTerminate(h, &t), flags)
+		g.fpdu(wire.AppendTerminate(h, &t), flags)
 	case opAtomicReq:
-		sel, op, to, flags := d.u8(), rdmap.AtomicOp(d.u8()%4), uint64(d.u16()), d.u8()
-		a := rdmap.AtomicRequest{Op: op, ReqID: d.u32(), STag: g.stag(sel), TO: to, AddSwap: d.u64(), AddSwapMask: d.u64(), Compare: d.u64(), CompareMask: d.u64()}
-		msn := g.msn[rdmap.QNAtomic]
-		if !(g.e.cfg&cfgRFC7306 != 0 && sel%8 == 0 && g.allOK && to%8 == 0 && to+8 <= winAllLen && (op == rdmap.AtomicFetchAdd || op == rdmap.AtomicCmpSwap) && g.ird < 16) {
+		sel, op, to, flags := d.u8(), wire.AtomicOp(d.u8()%4), uint64(d.u16()), d.u8()
+		a := wire.AtomicRequest{Op: op, ReqID: d.u32(), STag: g.stag(sel), TO: to, AddSwap: d.u64(), AddSwapMask: d.u64(), Compare: d.u64(), CompareMask: d.u64()}
+		msn := g.msn[wire.QNAtomic]
+		if !(g.e.cfg&cfgRFC7306 != 0 && sel%8 == 0 && g.allOK && to%8 == 0 && to+8 <= winAllLen && (op == wire.AtomicFetchAdd || op == wire.AtomicCmpSwap) && g.ird < 16) {
 			g.clean = false
 		}
-		g.msn[rdmap.QNAtomic]++
+		g.msn[wire.QNAtomic]++
 		g.ird++
-		h := rdmaptest.UntaggedHeader(rdmap.OpAtomicRequest, rdmap.QNAtomic, msn, 0, true, 0)
-		g.fpdu(rdmap.AppendAtomicRequest(h, &a), flags)
+		h := rdmaptest.UntaggedHeader(wire.OpAtomicRequest, wire.QNAtomic, msn, 0, true, 0)
+		g.fpdu(wire.AppendAtomicRequest(h, &a), flags)
 	case opAtomicResp:
 		g.atomicResp()
 	case opImm:
-		op, flags := rdmap.OpImmData, d.u8()
+		op, flags := wire.OpImmData, d.u8()
 		if flags&0x10 != 0 {
-			op = rdmap.OpImmDataSE
+			op = wire.OpImmDataSE
 		}
 		if g.e.cfg&cfgRFC7306 == 0 || g.recvs == 0 || g.sendMO != 0 {
 			g.clean = false
 		}
 		g.recvs--
-		h := rdmaptest.UntaggedHeader(op, rdmap.QNSend, g.msn[rdmap.QNSend], 0, true, 0)
-		g.msn[rdmap.QNSend]++
+		h := rdmaptest.UntaggedHeader(op, wire.QNSend, g.msn[wire.QNSend], 0, true, 0)
+		g.msn[wire.QNSend]++
 		g.fpdu(binary.BigEndian.AppendUint64(h, d.u64()), flags)
 	case opRandomHeader:
 		// Any DDP control byte and RDMAP control byte, any fields.
@@ -564,13 +565,13 @@ func (g *gen) op() {
 func (g *gen) send() {
 	d := &g.d
 	kind, n, flags := d.u8(), int(d.u16()%1200), d.u8()
-	ops := [...]rdmap.Opcode{rdmap.OpSend, rdmap.OpSendSE, rdmap.OpSendInv, rdmap.OpSendSEInv}
+	ops := [...]wire.Opcode{wire.OpSend, wire.OpSendSE, wire.OpSendInv, wire.OpSendSEInv}
 	op := ops[kind%4]
 	var inv rdmap.STag
-	if op == rdmap.OpSendInv || op == rdmap.OpSendSEInv {
+	if op == wire.OpSendInv || op == wire.OpSendSEInv {
 		inv = g.stag(d.u8())
 	}
-	msn, mo := g.msn[rdmap.QNSend], g.sendMO
+	msn, mo := g.msn[wire.QNSend], g.sendMO
 	if flags&0x10 != 0 {
 		msn = d.u32()
 	}
@@ -578,14 +579,14 @@ func (g *gen) send() {
 		mo = d.u32()
 	}
 	last := flags&0x40 == 0
-	if !(msn == g.msn[rdmap.QNSend] && mo == g.sendMO && g.recvs > 0 && int(mo)+n <= 2*recvSGE &&
+	if !(msn == g.msn[wire.QNSend] && mo == g.sendMO && g.recvs > 0 && int(mo)+n <= 2*recvSGE &&
 		(inv == 0 || inv == g.e.mrAll.STag() && g.allOK)) {
 		g.clean = false
 	}
-	h := rdmaptest.UntaggedHeader(op, rdmap.QNSend, msn, mo, last, inv)
+	h := rdmaptest.UntaggedHeader(op, wire.QNSend, msn, mo, last, inv)
 	g.fpdu(append(h, g.fill(n)...), flags)
 	if last {
-		g.msn[rdmap.QNSend]++
+		g.msn[wire.QNSend]++
 		g.sendMO = 0
 		g.recvs--
 		if inv == g.e.mrAll.STag() {
@@ -609,14 +610,14 @@ func (g *gen) readResp() {
 	if g.clean {
 		if g.fpdus == 0 {
 			// The responder QP sends nothing before the first FPDU.
-			g.fpdu(ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpWrite), STag: 0x100}), 0)
+			g.fpdu(ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: 0x100}), 0)
 		}
 		g.flush()
 		rr := g.e.rd.wait(false, i)
 		if rr == nil {
 			return // the QP has ended
 		}
-		r, err := rdmap.ParseReadRequest(rr[ddp.UntaggedHeaderLen:])
+		r, err := wire.ParseReadRequest(rr[ddp.UntaggedHeaderLen:])
 		if err != nil {
 			g.e.t.Fatalf("the QP's Read Request % x: %v", rr, err)
 		}
@@ -640,7 +641,7 @@ func (g *gen) readResp() {
 			last = !last
 		}
 	}
-	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: rdmap.ControlByte(rdmap.Version1, rdmap.OpReadResponse), STag: sink, TO: to})
+	h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: sink, TO: to})
 	g.fpdu(append(h, g.fill(n)...), mut>>4)
 	if mut&0x0f == 0 {
 		g.got += n
@@ -666,8 +667,8 @@ func (g *gen) atomicResp() {
 		if ar == nil {
 			return
 		}
-		var a rdmap.AtomicRequest
-		if err := rdmap.ParseAtomicRequest(ar[ddp.UntaggedHeaderLen:], &a); err != nil {
+		var a wire.AtomicRequest
+		if err := wire.ParseAtomicRequest(ar[ddp.UntaggedHeaderLen:], &a); err != nil {
 			g.e.t.Fatalf("the QP's Atomic Request % x: %v", ar, err)
 		}
 		id = a.ReqID
@@ -676,8 +677,8 @@ func (g *gen) atomicResp() {
 		g.clean = false
 		id = d.u32()
 	}
-	h := rdmaptest.UntaggedHeader(rdmap.OpAtomicResponse, rdmap.QNAtomic, g.msn[rdmap.QNAtomic], 0, true, 0)
-	g.fpdu(rdmap.AppendAtomicResponse(h, &rdmap.AtomicResponse{ReqID: id, OriginalValue: d.u64()}), mut>>4)
+	h := rdmaptest.UntaggedHeader(wire.OpAtomicResponse, wire.QNAtomic, g.msn[wire.QNAtomic], 0, true, 0)
+	g.fpdu(wire.AppendAtomicResponse(h, &wire.AtomicResponse{ReqID: id, OriginalValue: d.u64()}), mut>>4)
 	if mut&0x0f == 0 {
 		g.orq++
 	}
@@ -731,14 +732,14 @@ func (e *engine) check() {
 		if err != nil {
 			t.Fatalf("Terminate DDP header: %v", err)
 		}
-		var got rdmap.Terminate
-		if err := rdmap.ParseTerminate(terms[0][h.Len():], &got); err != nil {
+		var got wire.Terminate
+		if err := wire.ParseTerminate(terms[0][h.Len():], &got); err != nil {
 			t.Fatalf("Terminate % x: %v", terms[0], err)
 		}
 		if got.Layer != te.Layer || got.EType != te.EType || got.Code != te.Code {
 			t.Fatalf("Terminate on the wire %v, QP error %v", &got, qerr)
 		}
-		if h.QN() != rdmap.QNTerminate || h.MSN() != 1 || h.MO() != 0 || !h.Last() {
+		if h.QN() != wire.QNTerminate || h.MSN() != 1 || h.MO() != 0 || !h.Last() {
 			t.Fatalf("Terminate DDP header QN %d MSN %d MO %d L %v", h.QN(), h.MSN(), h.MO(), h.Last())
 		}
 	default:
