@@ -233,12 +233,19 @@ func explainCRCErrors(errs [][2]uint32, sc fpduScan) (matched []string, unexplai
 // TestScanSplitTrailer checks the capture scan on a synthetic capture: a
 // CRC trailer split 3|1 (read by siw as C3 C1 C2 and a stale byte), one
 // with pad split 5|2, a retransmission, and a bad CRC.
-func TestScanSplitTrailer(t *testing.T) {
+// splitCapture writes a synthetic capture of one responder stream (source
+// port 4420): an MPA Reply and three FPDUs a (ULPDU 26, pad 0, trailer cut
+// 3|1), b (ULPDU 27, pad 3, trailer cut 5|2) and c (a bad CRC if bad), with a
+// retransmission and a segment of the other direction.
+func splitCapture(t *testing.T, bad bool) (string, []byte, []byte, []byte) {
+	t.Helper()
 	reply := make([]byte, 20)                                                  // key, flags, rev, PD_Length 0
 	a := mpa.AppendFPDU(nil, make([]byte, 26), nil, true)                      // pad 0
 	b := mpa.AppendFPDU(nil, []byte("twenty-seven bytes of ULPDU"), nil, true) // pad 3
 	c := mpa.AppendFPDU(nil, make([]byte, 10), nil, true)
-	c[len(c)-1] ^= 1 // a bad CRC
+	if bad {
+		c[len(c)-1] ^= 1
+	}
 	stream := append(append(append(append([]byte(nil), reply...), a...), b...), c...)
 	aTrailer := len(reply) + len(a) - 4
 	bTrailer := len(reply) + len(a) + len(b) - 7
@@ -261,7 +268,12 @@ func TestScanSplitTrailer(t *testing.T) {
 		w.WritePacket(gopacket.CaptureInfo{CaptureLength: len(p), Length: len(p)}, p)
 	}
 	os.WriteFile(path, out.Bytes(), 0o644)
+	return path, reply, a, b
+}
 
+func TestScanSplitTrailer(t *testing.T) {
+	path, reply, a, b := splitCapture(t, true)
+	const port = 4420
 	sc, err := scanResponderStream(path, port)
 	if err != nil {
 		t.Fatal(err)
@@ -305,4 +317,35 @@ func synthTCP(t *testing.T, src, dst uint16, seq uint32, syn bool, payload []byt
 		t.Fatal(err)
 	}
 	return bytes.Clone(buf.Bytes())
+}
+
+// TestCheckSiwCRCErrors checks the verdict of a CRC-required session: siw
+// errors that are split-trailer misreadings pass, anything else fails.
+func TestCheckSiwCRCErrors(t *testing.T) {
+	good, _, a, _ := splitCapture(t, false)
+	bad, _, _, _ := splitCapture(t, true)
+	ca := a[len(a)-4:]
+	crc := mpa.GetCRC(ca)
+	misread := uint32(ca[3]) | uint32(ca[1])<<8 | uint32(ca[2])<<16 | 0x5a<<24
+	line := func(in, own uint32) string {
+		return fmt.Sprintf("[   86.5] siw: crc error. in: %08x, own %08x, op 0\n", in, own)
+	}
+	for _, c := range []struct {
+		name, out, pcap string
+		ok              bool
+	}{
+		{"clean", "recoveries: 0 siw crc errors: 0\n", good, true},
+		{"misread", "recoveries: 1 siw crc errors: 1\n" + line(misread, crc), good, true},
+		{"other error", "recoveries: 1 siw crc errors: 1\n" + line(0x12345678, crc), good, false},
+		{"wrong own", "recoveries: 1 siw crc errors: 1\n" + line(misread, crc^1), good, false},
+		{"recovery without error", "recoveries: 2 siw crc errors: 1\n" + line(misread, crc), good, false},
+		{"count mismatch", "recoveries: 1 siw crc errors: 2\n" + line(misread, crc), good, false},
+		{"bad CRC sent", "recoveries: 0 siw crc errors: 0\n", bad, false},
+		{"no capture", "recoveries: 0 siw crc errors: 0\n", filepath.Join(t.TempDir(), "none.pcap"), false},
+	} {
+		note, err := checkSiwCRCErrors(c.out, c.pcap, 4420)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: err %v (note %q), want ok %v", c.name, err, note, c.ok)
+		}
+	}
 }

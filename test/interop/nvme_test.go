@@ -233,7 +233,8 @@ func nvmeSession(t *testing.T, tb *table, cache string, crc bool) {
 	if err == nil && crc {
 		var note string
 		note, err = checkSiwCRCErrors(out, filepath.Join(g.q, "crc.pcap"), nvmePort)
-		detail += "; " + note
+		t.Logf("CRC check: %s", note)
+		detail = note + "; " + detail
 	} else if err == nil && !strings.Contains(out, "recoveries: 0 siw crc errors: 0") {
 		// Equal data after the kernel host's error recovery is not a pass:
 		// the connection must have carried everything without a reset.
