@@ -3,11 +3,11 @@
 # linux-siw-vm lab (../../../../shared/tools/linux-siw-vm, built with
 # LAB_OUT=$LAB_OUT ./build.sh). Writes $LAB_OUT/cm-lab.txt.
 #
-#   LAB=/work/shared/tools/linux-siw-vm LAB_OUT=/tmp/siw-lab ./run-cm-lab.sh
+#   LAB=PATH/TO/linux-siw-vm LAB_OUT=/tmp/siw-lab ./run-cm-lab.sh
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
-LAB="${LAB:-/work/shared/tools/linux-siw-vm}"
+LAB="${LAB:?set LAB to the directory of the linux-siw-vm lab}"
 export LAB_OUT="${LAB_OUT:-/tmp/siw-lab}"
 SH="$LAB_OUT/share"; mkdir -p "$SH" "$LAB_OUT/bin"
 exec > >(tee "$LAB_OUT/cm-lab.txt") 2>&1

@@ -10,7 +10,7 @@
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
-LAB="${LAB:-/work/shared/tools/linux-siw-vm}"
+LAB="${LAB:?set LAB to the directory of the linux-siw-vm lab}"
 export LAB_OUT="${LAB_OUT:-/tmp/siw-lab}"
 SH="$LAB_OUT/share"; mkdir -p "$SH" "$LAB_OUT/bin"
 exec > >(tee "$LAB_OUT/iwcm-bug.txt") 2>&1
