@@ -99,36 +99,48 @@ func crcRace(t *testing.T, d time.Duration, o *rdmaptest.Options) {
 
 	var rounds, moved int
 	for end := time.Now().Add(d); time.Now().Before(end); rounds++ {
-		for i := range depth / 3 {
-			mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{rbuf.SGE(0, size)}}))
-		}
-		for i := range depth {
-			var wr rdmap.SendWR
-			switch i % 3 {
-			case 0:
-				wr = rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(0, size)}}
-			case 1:
-				wr = rdmap.SendWR{Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(0, size)}, Remote: rdmap.Remote{STag: wsink.STag()}}
-			case 2:
-				wr = rdmap.SendWR{Op: rdmap.WRRead, SGL: []rdmap.SGE{sink.SGE(0, size)}, Remote: rdmap.Remote{STag: rsrc.STag()}}
-			}
-			wr.ID, wr.Signaled = uint64(i), true
-			mustPost(t, a.qp.PostSend(wr))
-		}
-		for _, wc := range pollN(t, a.cq, depth) {
-			if wc.Status != rdmap.WCSuccess {
-				t.Fatalf("round %d: a's completion %+v; a: %v; b: %v", rounds, wc, a.qp.Err(), b.qp.Err())
-			}
-		}
-		for _, wc := range pollN(t, b.cq, depth/3) {
-			if wc.Status != rdmap.WCSuccess || wc.ByteLen != size {
-				t.Fatalf("round %d: b's completion %+v; a: %v; b: %v", rounds, wc, a.qp.Err(), b.qp.Err())
-			}
-		}
+		crcRound(t, a, b, depth, size, rounds, crcMRs{src: src, rsrc: rsrc, sink: sink, wsink: wsink, rbuf: rbuf})
 		moved += depth * size
 	}
 	if a.qp.Err() != nil || b.qp.Err() != nil || a.qp.State() != rdmap.StateRTS || b.qp.State() != rdmap.StateRTS {
 		t.Fatalf("after %d rounds: a %v %v, b %v %v", rounds, a.qp.State(), a.qp.Err(), b.qp.State(), b.qp.Err())
 	}
 	t.Logf("%d rounds, %d MiB through the CRC paths in %v", rounds, moved>>20, d)
+}
+
+// crcMRs are the regions of one CRC race round: a's Send/Write source
+// and Read sink, b's Read source, Write sink and receive buffer.
+type crcMRs struct{ src, rsrc, sink, wsink, rbuf *rdmap.MR }
+
+// crcRound posts depth/3 receives on b and depth work requests on a
+// (Send, Write, Read in turn, each of size bytes), and checks that every
+// one completes successfully on both sides.
+func crcRound(t *testing.T, a, b *side, depth, size, round int, m crcMRs) {
+	t.Helper()
+	for i := range depth / 3 {
+		mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{m.rbuf.SGE(0, size)}}))
+	}
+	for i := range depth {
+		var wr rdmap.SendWR
+		switch i % 3 {
+		case 0:
+			wr = rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{m.src.SGE(0, size)}}
+		case 1:
+			wr = rdmap.SendWR{Op: rdmap.WRWrite, SGL: []rdmap.SGE{m.src.SGE(0, size)}, Remote: rdmap.Remote{STag: m.wsink.STag()}}
+		case 2:
+			wr = rdmap.SendWR{Op: rdmap.WRRead, SGL: []rdmap.SGE{m.sink.SGE(0, size)}, Remote: rdmap.Remote{STag: m.rsrc.STag()}}
+		}
+		wr.ID, wr.Signaled = uint64(i), true
+		mustPost(t, a.qp.PostSend(wr))
+	}
+	for _, wc := range pollN(t, a.cq, depth) {
+		if wc.Status != rdmap.WCSuccess {
+			t.Fatalf("round %d: a's completion %+v; a: %v; b: %v", round, wc, a.qp.Err(), b.qp.Err())
+		}
+	}
+	for _, wc := range pollN(t, b.cq, depth/3) {
+		if wc.Status != rdmap.WCSuccess || wc.ByteLen != uint32(size) {
+			t.Fatalf("round %d: b's completion %+v; a: %v; b: %v", round, wc, a.qp.Err(), b.qp.Err())
+		}
+	}
 }

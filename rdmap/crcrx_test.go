@@ -56,32 +56,7 @@ func crcRaceSinks(t *testing.T, d time.Duration, o *rdmaptest.Options) {
 
 	rounds := 0
 	for end := time.Now().Add(d); time.Now().Before(end); rounds++ {
-		for i := range depth / 3 {
-			mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{rbuf.SGE(0, size)}}))
-		}
-		for i := range depth {
-			var wr rdmap.SendWR
-			switch i % 3 {
-			case 0:
-				wr = rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(0, size)}}
-			case 1:
-				wr = rdmap.SendWR{Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(0, size)}, Remote: rdmap.Remote{STag: wsink.STag()}}
-			case 2:
-				wr = rdmap.SendWR{Op: rdmap.WRRead, SGL: []rdmap.SGE{sink.SGE(0, size)}, Remote: rdmap.Remote{STag: rsrc.STag()}}
-			}
-			wr.ID, wr.Signaled = uint64(i), true
-			mustPost(t, a.qp.PostSend(wr))
-		}
-		for _, wc := range pollN(t, a.cq, depth) {
-			if wc.Status != rdmap.WCSuccess {
-				t.Fatalf("round %d: a's completion %+v; a: %v; b: %v", rounds, wc, a.qp.Err(), b.qp.Err())
-			}
-		}
-		for _, wc := range pollN(t, b.cq, depth/3) {
-			if wc.Status != rdmap.WCSuccess || wc.ByteLen != size {
-				t.Fatalf("round %d: b's completion %+v; a: %v; b: %v", rounds, wc, a.qp.Err(), b.qp.Err())
-			}
-		}
+		crcRound(t, a, b, depth, size, rounds, crcMRs{src: src, rsrc: rsrc, sink: sink, wsink: wsink, rbuf: rbuf})
 	}
 	if a.qp.Err() != nil || b.qp.Err() != nil || a.qp.State() != rdmap.StateRTS || b.qp.State() != rdmap.StateRTS {
 		t.Fatalf("after %d rounds: a %v %v, b %v %v", rounds, a.qp.State(), a.qp.Err(), b.qp.State(), b.qp.Err())
