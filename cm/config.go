@@ -67,8 +67,9 @@ type Config struct {
 	// MPA.MaxPrivateData to mpa.SiwMaxPrivateData toward Linux siw), the
 	// initiator's first-send delay, the Terminate layout, and MPA.SMBD:
 	// IRD/ORD in revision 1 by the [MS-SMBD] section 6.1 header (off by
-	// default; with Rev 1 for an initiator, for SMB Direct peers such as
-	// Windows and Chelsio T4; both sides must agree on it out of band).
+	// default; with Rev 1 for an initiator; for SMB Direct peers, Windows
+	// over revision 1 RNICs such as the Chelsio T4; both sides must agree
+	// on it out of band).
 	// With MPA.SMBD, ConnParam.IRD/ORD go into the header,
 	// Event.PrivateData and Conn.PrivateData never include it, Event.IRD
 	// and ORD of a ConnectRequest are the header's, and mpa.Params.SMBD

@@ -233,8 +233,8 @@ type Policy struct {
 	TerminateLayoutSiw bool
 	// SMBD negotiates IRD and ORD in MPA revision 1 with the [MS-SMBD]
 	// IRD/ORD Negotiate Header ([MS-SMBD] section 6.1; see
-	// AppendSMBDHeader), as Windows SMB Direct and revision 1 RNICs such
-	// as the Chelsio T4 do. Default off: nothing changes, byte for byte.
+	// AppendSMBDHeader), as Windows SMB Direct does over revision 1 RNICs
+	// such as the Chelsio T4. Default off: nothing changes, byte for byte.
 	//
 	// It applies to a connection whose MPA Request is revision 1 (an
 	// initiator with Rev 1); a revision 2 Request never carries the
