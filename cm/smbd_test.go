@@ -431,3 +431,30 @@ func TestHostileSMBDResponders(t *testing.T) {
 		})
 	}
 }
+
+// TestSMBDRejectLimit: ID.Reject counts the [MS-SMBD] header its reject
+// carries against MPA.MaxPrivateData, and refuses over it with nothing
+// sent, the request still answerable.
+func TestSMBDRejectLimit(t *testing.T) {
+	dev := newDev(t)
+	errs := make(chan error, 2)
+	l := listenID(t, dev, cfgT(t, cm.Config{MPA: mpa.Policy{SMBD: true, MaxPrivateData: 16}}), 0, func(id *cm.ID, ev *cm.Event) error {
+		if ev.Type == cm.EventConnectRequest {
+			errs <- id.Reject(make([]byte, 9)) // 8 + 9 > 16
+			errs <- id.Reject([]byte("12345678"))
+		}
+		return nil
+	})
+	raw := rawDial(t, l.LocalAddr())
+	_, _ = raw.Write(mpaFrame(reqKey, "0001", smbdHdr(1, 1)))
+	if err := <-errs; !errors.Is(err, mpa.ErrPrivateDataLimit) {
+		t.Errorf("reject with 9 bytes: %v", err)
+	}
+	if err := <-errs; err != nil {
+		t.Errorf("reject with 8 bytes: %v", err)
+	}
+	back, _ := readToEOF(raw)
+	if want := mpaFrame(repKey, "2001", smbdHdr(128, 128), []byte("12345678")); !bytes.Equal(back, want) {
+		t.Errorf("peer got % x, want % x", back, want)
+	}
+}
