@@ -705,11 +705,7 @@ func (r *Responder) Accept(ctx context.Context, ird, ord int, pd []byte) (*Param
 	return &params, nil
 }
 
-// rejectFrame builds the Reply with R set: M clear, C as in the Request
-// (cleared under CRCStrict), the revision answered, in revision 2
-// enhanced a zero IRD/ORD block, and after a Request that carried the
-// [MS-SMBD] header a header with this side's IRD/ORD limits (values
-// greater than zero, as [MS-SMBD] section 6.1 wants).
+// rejectFrame builds the Reply with R set (see RejectFrame).
 func (r *Responder) rejectFrame(pd []byte) Frame {
 	rev := min(r.req.Rev, r.p.Rev)
 	f := Frame{
@@ -728,12 +724,18 @@ func (r *Responder) rejectFrame(pd []byte) Frame {
 	return f
 }
 
-// RejectFrame returns the Reply with R set that Reject would send.
+// RejectFrame returns the Reply with R set that Reject would send with pd:
+// M clear, C as in the Request (cleared under CRCStrict), the revision
+// answered, in revision 2 enhanced a zero IRD/ORD block, and after a
+// Request that carried the [MS-SMBD] header (Policy.SMBD) a header with
+// this side's IRD/ORD limits, those of the policy lowered by SetLimits
+// (values greater than zero, as [MS-SMBD] section 6.1 wants). The frame's
+// PrivateData aliases pd.
 func (r *Responder) RejectFrame(pd []byte) Frame { return r.rejectFrame(pd) }
 
 // Reject answers the Request with a Reply with R set carrying pd (after
 // the RFC 6581 block when the Request was enhanced, after the [MS-SMBD]
-// header when it carried one; see rejectFrame), written within ctx. pd is
+// header when it carried one; see RejectFrame), written within ctx. pd is
 // copied before Reject returns. pd over the policy's limit
 // (MaxULPPrivateDataIn of RejectFrame) is refused with ErrPrivateDataLimit
 // and nothing sent; the Request may still be answered.

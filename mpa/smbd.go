@@ -94,14 +94,17 @@ func (f *Frame) SplitSMBD() error {
 }
 
 // AdvertisedIRDORD returns the IRD and ORD the frame's sender advertised:
-// the RFC 6581 block's when f.Enhanced, the [MS-SMBD] header's when f.SMBD
-// (values above math.MaxInt32 reported as math.MaxInt32), else 0 and 0.
+// the [MS-SMBD] header's when f.SMBD (values above math.MaxInt32 reported
+// as math.MaxInt32), else the RFC 6581 block's when f.Enhanced, else 0 and
+// 0. (A frame has both only when a peer answered a revision 1 Request
+// carrying the header with a revision 2 enhanced Reply; the header, which
+// the Request asked for, counts.)
 func (f *Frame) AdvertisedIRDORD() (ird, ord int) {
 	switch {
-	case f.Enhanced:
-		return int(f.IRD), int(f.ORD)
 	case f.SMBD:
 		return int(min(f.SMBDIRD, math.MaxInt32)), int(min(f.SMBDORD, math.MaxInt32))
+	case f.Enhanced:
+		return int(f.IRD), int(f.ORD)
 	}
 	return 0, 0
 }

@@ -519,3 +519,52 @@ func FuzzSMBDHandshake(f *testing.F) {
 		}
 	})
 }
+
+// TestSMBDCodec pins the header's layout ([MS-SMBD] section 6.1: IRD, then
+// ORD, 4 bytes each, big-endian) and the splitting rules.
+func TestSMBDCodec(t *testing.T) {
+	if got, want := AppendSMBDHeader([]byte{0xaa}, 0x01020304, 0x10), hexs("aa 01020304 00000010"); !bytes.Equal(got, want) {
+		t.Errorf("header % x, want % x", got, want)
+	}
+	if ird, ord, err := ParseSMBDHeader(hexs("00000020 00000001 ff")); ird != 32 || ord != 1 || err != nil {
+		t.Errorf("parse: %d %d %v", ird, ord, err)
+	}
+	if _, _, err := ParseSMBDHeader(hexs("00000020 000000")); !errors.Is(err, ErrSMBDShort) {
+		t.Errorf("7 bytes: %v", err)
+	}
+	if ird, ord, err := ParseSMBDHeader(hexs("00000000 00000005")); ird != 0 || ord != 5 || !errors.Is(err, ErrSMBDZero) {
+		t.Errorf("IRD 0: %d %d %v", ird, ord, err)
+	}
+	// Short: the frame is left alone.
+	f := Frame{Rev: 1, PrivateData: []byte("short")}
+	if err := f.SplitSMBD(); !errors.Is(err, ErrSMBDShort) || f.SMBD || string(f.PrivateData) != "short" {
+		t.Errorf("short split: %v %+v", err, f)
+	}
+	// Zero: split all the same, the error says why it is bad.
+	f = Frame{Rev: 1, PrivateData: cat(hdr(7, 0), []byte("ulp"))}
+	if err := f.SplitSMBD(); !errors.Is(err, ErrSMBDZero) || !f.SMBD || f.SMBDIRD != 7 || string(f.PrivateData) != "ulp" {
+		t.Errorf("zero split: %v %+v", err, f)
+	}
+	// A good header; splitting again changes nothing; the frame encodes
+	// back to the same bytes.
+	wire := cat(KeyReply[:], hexs("0001 000b"), hdr(0x20000000, 3), []byte("ulp"))
+	var g Frame
+	if _, err := ParseFrame(wire, &g); err != nil || g.SMBD {
+		t.Fatalf("ParseFrame: %v %+v", err, g)
+	}
+	if err := g.SplitSMBD(); err != nil || g.SplitSMBD() != nil || string(g.PrivateData) != "ulp" {
+		t.Fatalf("split: %v %+v", err, g)
+	}
+	if ird, ord := g.AdvertisedIRDORD(); ird != 0x20000000 || ord != 3 {
+		t.Errorf("AdvertisedIRDORD %d %d", ird, ord)
+	}
+	if out, err := AppendFrame(nil, &g); err != nil || !bytes.Equal(out, wire) || g.Length() != len(wire) {
+		t.Errorf("re-encoded % x (%v), length %d, want % x", out, err, g.Length(), wire)
+	}
+	if ird, ord := (&Frame{Enhanced: true, IRD: 5, ORD: 6}).AdvertisedIRDORD(); ird != 5 || ord != 6 {
+		t.Errorf("RFC 6581 AdvertisedIRDORD %d %d", ird, ord)
+	}
+	if ird, ord := (&Frame{Rev: 1}).AdvertisedIRDORD(); ird != 0 || ord != 0 {
+		t.Errorf("plain revision 1 AdvertisedIRDORD %d %d", ird, ord)
+	}
+}
