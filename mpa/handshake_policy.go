@@ -246,7 +246,7 @@ type Policy struct {
 	//     data, carrying its IRD and ORD (0 is sent as 1: [MS-SMBD] wants
 	//     values greater than zero), then the ULP's private data.
 	//   - The responder takes the header off the Request's private data
-	//     (Responder.Request, the ConnectRequest event and Frame.PrivateData
+	//     (Responder.Request, cm's ConnectRequest event and Frame.PrivateData
 	//     hold only the ULP's part; Frame.SMBDIRD/SMBDORD the values). A
 	//     Request whose private data is shorter than 8 bytes (ErrSMBDShort)
 	//     or whose IRD or ORD is 0 (ErrSMBDZero) is answered with a Reply
