@@ -65,7 +65,15 @@ type Config struct {
 	// MPA is the negotiation policy: revision, CRC, markers, P2P and RTR
 	// types, IRD/ORD limits, the private-data limit (set
 	// MPA.MaxPrivateData to mpa.SiwMaxPrivateData toward Linux siw), the
-	// initiator's first-send delay, the Terminate layout.
+	// initiator's first-send delay, the Terminate layout, and MPA.SMBD:
+	// IRD/ORD in revision 1 by the [MS-SMBD] section 6.1 header (off by
+	// default; with Rev 1 for an initiator; for SMB Direct peers, Windows
+	// over revision 1 RNICs such as the Chelsio T4; both sides must agree
+	// on it out of band).
+	// With MPA.SMBD, ConnParam.IRD/ORD go into the header,
+	// Event.PrivateData and Conn.PrivateData never include it, Event.IRD
+	// and ORD of a ConnectRequest are the header's, and mpa.Params.SMBD
+	// says that it was used.
 	MPA mpa.Policy
 	// RequestTimeout bounds the time from TCP accept to a whole MPA
 	// Request (a trickling peer does not extend it), and each write of a
@@ -112,8 +120,10 @@ type Config struct {
 	// OnRefused, when set, is told about every inbound connection the
 	// listener answered itself, without a ConnectRequest: a handshake that
 	// failed (reason "timeout", "bad_key", "revision", "pd_length",
-	// "truncated", "enhanced_short", "extra_data", "markers", "crc",
-	// "closed", or "protocol"), a request over the backlog ("backlog"), or
+	// "truncated", "enhanced_short", "smbd_header" (MPA.SMBD: a revision
+	// 1 Request without a valid [MS-SMBD] header), "extra_data",
+	// "markers", "crc", "closed", or "protocol"), a request over the
+	// backlog ("backlog"), or
 	// a connection closed at accept ("admission", "source_limit", "busy";
 	// see Admit).
 	// It runs on the listener's handshake goroutine and must not block.

@@ -108,7 +108,16 @@
 // RFC 6581 with siw's relaxed negotiation, within the policy's limits and
 // the QP's own (IRDORDLimiter), so that neither the Request nor the Reply
 // advertises more than the QP serves; P2P is echoed and the RTR chosen
-// Write, then Read, then Send. A responder's request limits: a Request
+// Write, then Read, then Send. With MPA.SMBD (off by default) a revision
+// 1 connection negotiates IRD/ORD the same way from the [MS-SMBD] section
+// 6.1 header, the first 8 bytes of the private data: sent by both sides,
+// hidden from the handler's Event.PrivateData, its values in a
+// ConnectRequest's Event.IRD/ORD, its result applied to the QP as an RFC
+// 6581 result is (mpa.Params.SMBD set). Both sides must agree on it out of
+// band, as SMB Direct does; a revision 1 Request without a valid header is
+// answered with a Reply with R set (OnRefused "smbd_header"), a Reply
+// without one with an LLP Terminate (StatusProtocolError). See
+// mpa.Policy.SMBD for every rule. A responder's request limits: a Request
 // whose PD_Length exceeds MPA.MaxPrivateData is dropped without a word, as
 // siw does; toward siw, set MPA.MaxPrivateData to mpa.SiwMaxPrivateData.
 //

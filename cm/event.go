@@ -159,11 +159,12 @@ type Event struct {
 	// LocalAddr and RemoteAddr are the connection's TCP addresses.
 	LocalAddr, RemoteAddr net.Addr
 	// PrivateData is the peer's ULP private data, without the RFC 6581
-	// block: the Request's for ConnectRequest, the Reply's (accepting or
+	// block or the [MS-SMBD] header (Config.MPA.SMBD): the Request's for ConnectRequest, the Reply's (accepting or
 	// rejecting) for ConnectReply.
 	PrivateData []byte
 	// IRD and ORD: for ConnectRequest, what the initiator asked for (its
-	// own IRD and ORD; 0 when the Request has no RFC 6581 block); for
+	// own IRD and ORD, from its RFC 6581 block or [MS-SMBD] header; 0
+	// when it has neither); for
 	// ConnectReply and Established, what this side settled on.
 	IRD, ORD int
 	// Peer is the peer's frame as received: the Request for

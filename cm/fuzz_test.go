@@ -91,11 +91,32 @@ func FuzzListener(f *testing.F) {
 	f.Add(byte(decideAccept), byte(0), cat(reqKey, mustHex("0001 0201"), make([]byte, 8))) // PD_Length 513
 	f.Add(byte(decideAccept), byte(0), []byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, decide, chunk byte, data []byte) {
-		runListener(t, decide%decideCount, int(chunk), data)
+		runListener(t, nil, decide%decideCount, int(chunk), data)
 	})
 }
 
-func runListener(t *testing.T, decide byte, chunk int, data []byte) {
+// FuzzListenerSMBD is FuzzListener with a listener that takes the
+// [MS-SMBD] IRD/ORD header in revision 1 (mpa.Policy.SMBD), seeded with
+// Requests that carry one, a short one, a zero one and one over the
+// limits.
+func FuzzListenerSMBD(f *testing.F) {
+	for _, pd := range [][]byte{nil, []byte("1234567"), smbdHdr(1, 1), cat(smbdHdr(4, 8), []byte("ulp")), smbdHdr(0, 1),
+		smbdHdr(1, 0), mustHex("20000000 01000000")} {
+		for d := range byte(decideCount) {
+			f.Add(d, byte(0), mpaFrame(reqKey, "0001", pd))
+		}
+		f.Add(byte(decideAccept), byte(3), mpaFrame(reqKey, "0001", pd))
+		f.Add(byte(decideReject), byte(0), mpaFrame(reqKey, "8001", pd)) // markers
+	}
+	for _, req := range fuzzSeedFiles(f, "siw-mpa-request") {
+		f.Add(byte(decideAccept), byte(0), req) // revision 2: the option does not apply
+	}
+	f.Fuzz(func(t *testing.T, decide, chunk byte, data []byte) {
+		runListener(t, &cm.Config{MPA: mpa.Policy{SMBD: true}}, decide%decideCount, int(chunk), data)
+	})
+}
+
+func runListener(t *testing.T, cfg *cm.Config, decide byte, chunk int, data []byte) {
 	leakOpts := goleak.IgnoreCurrent()
 	dev := newDev(t)
 	defer dev.Close()
@@ -128,6 +149,9 @@ func runListener(t *testing.T, decide byte, chunk int, data []byte) {
 	}
 	l := cm.NewID(dev, srv.handle)
 	defer l.Destroy()
+	if err := l.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.Listen("127.0.0.1:0", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +274,14 @@ func FuzzConnectReply(f *testing.F) {
 	f.Add(byte(0), byte(0), cat(repKey, mustHex("3002 0007 0000 0000 6e6f21")))            // reject
 	f.Add(byte(0), byte(0), cat(repKey, mustHex("1002 0101 0001 0001"), make([]byte, 16))) // PD_Length over
 	f.Add(byte(0), byte(0), []byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+	// Revision 1 with the [MS-SMBD] header (bit 3): good, short, zero and
+	// over-the-limit headers, a reject with one.
+	for _, pd := range [][]byte{nil, []byte("1234567"), smbdHdr(1, 1), cat(smbdHdr(16, 1), []byte("ulp")), smbdHdr(0, 1),
+		smbdHdr(1, 0), smbdHdr(1, 129), mustHex("01000000 01000000")} {
+		f.Add(byte(8), byte(0), mpaFrame(repKey, "0001", pd))
+		f.Add(byte(8|2), byte(0), mpaFrame(repKey, "4001", pd))
+		f.Add(byte(8), byte(0), mpaFrame(repKey, "2001", pd))
+	}
 	f.Fuzz(func(t *testing.T, cfg, chunk byte, data []byte) {
 		runConnectReply(t, cfg, int(chunk), data)
 	})
@@ -257,7 +289,8 @@ func FuzzConnectReply(f *testing.F) {
 
 // Initiator configurations (the first control byte): bit 0 P2P with
 // every RTR, bit 1 CRC required, bit 2 destroy the ID in its
-// ConnectReply handler.
+// ConnectReply handler, bit 3 revision 1 with the [MS-SMBD] IRD/ORD
+// header (mpa.Policy.SMBD).
 func runConnectReply(t *testing.T, cfgBits byte, chunk int, data []byte) {
 	leakOpts := goleak.IgnoreCurrent()
 	dev := newDev(t)
@@ -291,6 +324,9 @@ func runConnectReply(t *testing.T, cfgBits byte, chunk int, data []byte) {
 	}
 	if cfgBits&2 != 0 {
 		pol.CRC = mpa.CRCRequired
+	}
+	if cfgBits&8 != 0 {
+		pol.Rev, pol.SMBD = mpa.Rev1, true
 	}
 	destroyInHandler := cfgBits&4 != 0
 	r := newRecorder(t)

@@ -57,7 +57,9 @@ import (
 //
 // Every case leaves no goroutine behind (TestMain's goleak) and the
 // listener keeps serving: each responder case is followed by a good
-// connection through the same listener.
+// connection through the same listener. The [MS-SMBD] IRD/ORD header's
+// cases (short, zero IRD/ORD, over the limit; both sides) are in
+// smbd_test.go, with listeners and initiators that have it on.
 
 func mustHex(s string) []byte {
 	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))

@@ -268,14 +268,15 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 	id.pending.Add(1)
 	child := id.newChildLocked(c, resp)
 	peer := req
+	askedIRD, askedORD := req.AdvertisedIRDORD()
 	ev := &Event{
 		Type:        EventConnectRequest,
 		Listener:    id,
 		LocalAddr:   child.laddr,
 		RemoteAddr:  child.raddr,
 		PrivateData: req.PrivateData,
-		IRD:         int(req.IRD),
-		ORD:         int(req.ORD),
+		IRD:         askedIRD,
+		ORD:         askedORD,
 		Peer:        &peer,
 		child:       child,
 	}
@@ -300,6 +301,8 @@ func refusalReason(err error) string {
 		return "pd_length"
 	case errors.Is(err, mpa.ErrEnhancedShort):
 		return "enhanced_short"
+	case errors.Is(err, mpa.ErrSMBDShort), errors.Is(err, mpa.ErrSMBDZero):
+		return "smbd_header"
 	case errors.Is(err, mpa.ErrExtraData):
 		return "extra_data"
 	case errors.Is(err, mpa.ErrMarkersRefused):
@@ -414,7 +417,7 @@ func (id *ID) Reject(privateData []byte) error {
 	}
 	pol := id.resp.Policy()
 	rej := id.resp.RejectFrame(nil)
-	if max := pol.MaxULPPrivateData(rej.Enhanced); len(privateData) > max {
+	if max := pol.MaxULPPrivateDataIn(&rej); len(privateData) > max {
 		id.mu.Unlock()
 		return fmt.Errorf("cm: reject: %w: %d bytes, at most %d", mpa.ErrPrivateDataLimit, len(privateData), max)
 	}

@@ -29,7 +29,8 @@
 // allocate (beyond growing a caller's too-small buffer), keep no state and
 // are safe for concurrent use. Every malformed Request/Reply case has its
 // own error (ErrTruncated, ErrBadKey, *RevisionError matching
-// ErrUnknownRevision, ErrPDTooLong, ErrEnhancedShort, ErrReservedBits) so
+// ErrUnknownRevision, ErrPDTooLong, ErrEnhancedShort, ErrReservedBits;
+// ErrSMBDShort and ErrSMBDZero for the [MS-SMBD] header) so
 // that the handshake can answer each the way RFC 5044 and Linux siw
 // (drivers/infiniband/sw/siw/siw_cm.c) do.
 //
@@ -51,6 +52,24 @@
 // functions), and Framer serves tools and tests (siw probe, testutil).
 // The handshake (handshake.go) is straight-line code
 // on top of the frame functions.
+//
+// # MPA revision 1 with the [MS-SMBD] IRD/ORD header
+//
+// Revision 1 has no RFC 6581 block. SMB Direct ([MS-SMBD] section 6.1,
+// "IRD/ORD Negotiate Header") has each side put its IRD and ORD, two
+// big-endian 32-bit values greater than zero, as the first 8 bytes of the
+// private data instead, as Windows SMB Direct does over revision 1 RNICs
+// such as the Chelsio T4. smbd.go holds the codec (AppendSMBDHeader,
+// ParseSMBDHeader, Frame.SplitSMBD; Frame.SMBD, SMBDIRD and SMBDORD carry
+// it in a Frame, and AppendFrame writes it). Policy.SMBD, off by default,
+// turns it on for connections whose Request is revision 1: the handshake
+// sends the header, hides it from the ULP's private data as it hides the
+// RFC 6581 block, negotiates from it with the same relaxed rules and
+// limits, and answers a missing or zero header as it answers a missing
+// block (a Reply with R set; an LLP Terminate with TermInvalidReqRep).
+// Nothing on the wire marks the header, so ParseFrame never sets
+// Frame.SMBD and both sides must agree on the option out of band; the
+// rules, mismatches included, are on Policy.SMBD.
 //
 // gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
 // file at the root of the module.

@@ -58,3 +58,30 @@ func ExampleDeframer() {
 	// FPDU of 12 bytes: "second", CRC ok true
 	// end: EOF
 }
+
+// A revision 1 Request carrying the [MS-SMBD] IRD/ORD Negotiate Header
+// (what an Initiator with Policy{Rev: 1, SMBD: true} sends), and the
+// responder's side: ParseFrame sees 8 bytes of private data more; only
+// SplitSMBD, called because both sides agreed on the header, takes it off.
+func ExampleFrame_SplitSMBD() {
+	req := mpa.Frame{Rev: mpa.Rev1, SMBD: true, SMBDIRD: 16, SMBDORD: 4, PrivateData: []byte("hi")}
+	b, err := mpa.AppendFrame(nil, &req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("% x\n", b[mpa.KeyLen:])
+
+	var got mpa.Frame
+	if _, err := mpa.ParseFrame(b, &got); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("parsed: %d bytes of private data\n", len(got.PrivateData))
+	if err := got.SplitSMBD(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("split: IRD %d ORD %d, ULP private data %q\n", got.SMBDIRD, got.SMBDORD, got.PrivateData)
+	// Output:
+	// 00 01 00 0a 00 00 00 10 00 00 00 04 68 69
+	// parsed: 10 bytes of private data
+	// split: IRD 16 ORD 4, ULP private data "hi"
+}

@@ -129,7 +129,15 @@ type Frame struct {
 	RTRWrite bool   // C: zero-length RDMA Write RTR
 	RTRRead  bool   // D: zero-length RDMA Read RTR
 
-	// PrivateData is the ULP private data, without the RFC 6581 block.
+	// [MS-SMBD] IRD/ORD Negotiate Header (smbd.go), meaningful when SMBD:
+	// the private data starts with the 8-byte header carrying SMBDIRD and
+	// SMBDORD. ParseFrame never sets SMBD (nothing on the wire marks the
+	// header; see SplitSMBD); AppendFrame writes the header when it is set.
+	SMBD             bool
+	SMBDIRD, SMBDORD uint32
+
+	// PrivateData is the ULP private data, without the RFC 6581 block
+	// (and without the [MS-SMBD] header when SMBD).
 	PrivateData []byte
 	// PDLength is PD_Length as on the wire (set by ParseFrame; AppendFrame
 	// computes it).
@@ -141,6 +149,9 @@ func (f *Frame) Length() int {
 	n := HeaderLen + len(f.PrivateData)
 	if f.Enhanced {
 		n += EnhancedLen
+	}
+	if f.SMBD {
+		n += SMBDHeaderLen
 	}
 	return n
 }
@@ -224,7 +235,9 @@ var (
 // AppendFrame appends the encoded frame to b. It encodes whatever is
 // representable, including revisions and lengths that a receiver refuses,
 // so that tests and probes can build them; it fails only for IRD/ORD above
-// 14 bits or private data longer than 65535 bytes in all. Of f.Reserved
+// 14 bits or private data longer than 65535 bytes in all. The private data
+// is the RFC 6581 block when Enhanced, then the [MS-SMBD] header when
+// SMBD, then PrivateData. Of f.Reserved
 // only the bits Frame.Reserved documents (0x1f) are written. It does not
 // allocate when b has room for f.Length() more bytes.
 func AppendFrame(b []byte, f *Frame) ([]byte, error) {
@@ -234,6 +247,9 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 	pdLen := len(f.PrivateData)
 	if f.Enhanced {
 		pdLen += EnhancedLen
+	}
+	if f.SMBD {
+		pdLen += SMBDHeaderLen
 	}
 	if pdLen > 0xffff {
 		return b, ErrPDEncode
@@ -274,6 +290,9 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 		}
 		b = binary.BigEndian.AppendUint16(b, ird)
 		b = binary.BigEndian.AppendUint16(b, ord)
+	}
+	if f.SMBD {
+		b = AppendSMBDHeader(b, f.SMBDIRD, f.SMBDORD)
 	}
 	return append(b, f.PrivateData...), nil
 }

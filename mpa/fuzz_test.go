@@ -17,6 +17,17 @@ func FuzzParseFrame(f *testing.F) {
 		b, _ := mpa.AppendFrame(nil, &fr)
 		f.Add(b)
 	}
+	// Revision 1 frames whose private data starts with the [MS-SMBD]
+	// header (ParseFrame sees private data; the handshake splits it).
+	for _, fr := range []mpa.Frame{
+		{Rev: mpa.Rev1, SMBD: true, SMBDIRD: 16, SMBDORD: 4},
+		{Rev: mpa.Rev1, Reply: true, SMBD: true, SMBDIRD: 1, SMBDORD: 0, PrivateData: []byte("ulp")},
+		{Rev: mpa.Rev1, Reply: true, Reject: true, SMBD: true, SMBDIRD: 0x20000000, SMBDORD: 0x01000000},
+		{Rev: mpa.Rev1, PrivateData: []byte("1234567")},
+	} {
+		b, _ := mpa.AppendFrame(nil, &fr)
+		f.Add(b)
+	}
 	files, _ := filepath.Glob(filepath.Join("testdata", "siw-mpa-*.bin"))
 	for _, name := range files {
 		b, err := os.ReadFile(name)

@@ -150,8 +150,9 @@ func (e *HandshakeError) Refused() bool {
 }
 
 // RejectedError is the peer's Reply with R set. Reply.PrivateData is the
-// rejecting ULP's private data (without the RFC 6581 block), a copy owned
-// by the error.
+// rejecting ULP's private data (without the RFC 6581 block, and without
+// the first 8 bytes when the Request carried the [MS-SMBD] header and the
+// Reply has that many: see Policy.SMBD), a copy owned by the error.
 type RejectedError struct {
 	// Reply is the rejecting Reply.
 	Reply Frame
@@ -251,7 +252,9 @@ type Initiator struct {
 	// Policy is the negotiation policy; nil means the zero Policy.
 	Policy *Policy
 	// IRD and ORD are what this side asks for (sent in the RFC 6581 block
-	// in revision 2). In P2P mode an ORD of 0 is sent as 1, as siw does.
+	// in revision 2, in the [MS-SMBD] header in revision 1 with
+	// Policy.SMBD). In P2P mode an ORD of 0 is sent as 1, as siw does; in
+	// the [MS-SMBD] header an IRD or ORD of 0 is sent as 1.
 	IRD, ORD int
 	// MaxIRD and MaxORD, when positive, lower the Policy's MaxIRD and
 	// MaxORD for this handshake: what the QP that takes the connection
@@ -285,7 +288,8 @@ type Result struct {
 	// Request is the frame sent (PrivateData aliases Initiator.PrivateData).
 	Request Frame
 	// Reply is the frame received; its PrivateData (without the RFC 6581
-	// block) is a copy owned by the Result.
+	// block or the [MS-SMBD] header, whose values are in Reply.SMBDIRD and
+	// SMBDORD) is a copy owned by the Result.
 	Reply Frame
 }
 
@@ -323,14 +327,20 @@ func (h *Initiator) request(p *Policy) (Frame, error) {
 		Enhanced:    p.Rev == Rev2,
 		CRC:         p.CRC.asks(),
 		Markers:     p.Markers == MarkersRequest,
+		SMBD:        p.SMBD && p.Rev == Rev1,
 		PrivateData: h.PrivateData,
 	}
 	ird, ord := h.IRD, h.ORD
 	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
 		return Frame{}, fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
 	}
-	if len(h.PrivateData) > p.MaxULPPrivateData(f.Enhanced) {
-		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(h.PrivateData), p.MaxULPPrivateData(f.Enhanced))
+	if len(h.PrivateData) > p.MaxULPPrivateDataIn(&f) {
+		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(h.PrivateData), p.MaxULPPrivateDataIn(&f))
+	}
+	if f.SMBD {
+		// [MS-SMBD] section 6.1: IRD and ORD first in the private data,
+		// each greater than zero.
+		f.SMBDIRD, f.SMBDORD = smbdValue(ird), smbdValue(ord)
 	}
 	if f.Enhanced {
 		if p.P2P {
@@ -428,6 +438,9 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 		early = bytes.Clone(rest)
 	}
 	if rep.Reject {
+		if req.SMBD && len(rep.PrivateData) >= SMBDHeaderLen {
+			_ = rep.SplitSMBD() // the ULP's reason follows the header; its values do not matter
+		}
 		return nil, &RejectedError{Reply: rep}
 	}
 
@@ -454,17 +467,26 @@ func (h *Initiator) run(conn net.Conn, p *Policy, req *Frame) (*Result, error) {
 		TerminateLayoutSiw: p.TerminateLayoutSiw,
 	}
 
-	// 4. RFC 6581 IRD/ORD, with siw's relaxed negotiation: this side's IRD
-	// becomes the responder's ORD (Terminate 0x06 if that is above what it
-	// can grant), its ORD the responder's IRD.
+	// 4. RFC 6581 IRD/ORD (or, in revision 1 with Policy.SMBD, the
+	// [MS-SMBD] section 6.1 header), with siw's relaxed negotiation: this
+	// side's IRD becomes the responder's ORD (Terminate 0x06 if that is
+	// above what it can grant), its ORD the responder's IRD.
 	settled := Framer{CRC: params.CRC, Markers: params.MarkersTx}
-	if req.Enhanced {
-		if int(rep.ORD) > int(req.IRD) && int(rep.ORD) > p.MaxIRD {
-			return nil, h.terminate(conn, settled, TermInsufficientIRD,
-				fmt.Errorf("%w: peer ORD %d, IRD %d, limit %d", ErrInsufficientIRD, rep.ORD, req.IRD, p.MaxIRD), &rep)
+	if req.SMBD {
+		if err := rep.SplitSMBD(); err != nil {
+			return nil, h.terminate(conn, settled, TermInvalidReqRep, err, &rep)
 		}
-		params.IRD = int(rep.ORD)
-		params.ORD = min(int(rep.IRD), p.MaxORD)
+		params.SMBD = true
+	}
+	if req.Enhanced || req.SMBD {
+		reqIRD, _ := req.AdvertisedIRDORD()
+		repIRD, repORD := rep.AdvertisedIRDORD()
+		if repORD > reqIRD && repORD > p.MaxIRD {
+			return nil, h.terminate(conn, settled, TermInsufficientIRD,
+				fmt.Errorf("%w: peer ORD %d, IRD %d, limit %d", ErrInsufficientIRD, repORD, reqIRD, p.MaxIRD), &rep)
+		}
+		params.IRD = repORD
+		params.ORD = min(repIRD, p.MaxORD)
 		if req.P2P {
 			rtr := (rep.RTRs() & req.RTRs()).Choose()
 			if rtr == RTRNone {
@@ -492,7 +514,9 @@ type Responder struct {
 // ReadRequest runs the first part of the responder's half on conn: read
 // the Request within ctx and validate it. A Request the policy cannot
 // take gets the answer Linux siw gives: a Reply with R set for an enhanced
-// frame without its block, markers (MarkersRefuse) or C (CRCStrict); no
+// frame without its block, markers (MarkersRefuse) or C (CRCStrict) (and,
+// with Policy.SMBD, for a revision 1 Request without a valid [MS-SMBD]
+// header: ErrSMBDShort, ErrSMBDZero); no
 // answer at all for a bad key, an unknown revision, PD_Length over the
 // limit, bytes after the frame, a timeout or a closed connection. It
 // returns a *HandshakeError saying which; it never closes conn. On success
@@ -531,6 +555,11 @@ func (r *Responder) read() error {
 		return e
 	}
 	r.req.PrivateData = bytes.Clone(r.req.PrivateData)
+	var smbdErr error
+	if p.SMBD && r.req.Rev == Rev1 {
+		// [MS-SMBD] section 6.1: the header is the first 8 bytes.
+		smbdErr = r.req.SplitSMBD()
+	}
 	f := r.req
 	if r.req.Reply {
 		return &HandshakeError{Frame: &f, Err: fmt.Errorf("%w: a Reply where the Request belongs", ErrBadKey)}
@@ -542,6 +571,8 @@ func (r *Responder) read() error {
 	switch {
 	case short:
 		cause = err
+	case smbdErr != nil:
+		cause = smbdErr
 	case r.req.Markers && p.Markers == MarkersRefuse:
 		cause = ErrMarkersRefused
 	case r.req.CRC && p.CRC == CRCStrict:
@@ -561,7 +592,8 @@ func (r *Responder) read() error {
 }
 
 // Request returns the peer's Request. Its PrivateData (the ULP's, without
-// the RFC 6581 block) is owned by the Responder and must not be modified.
+// the RFC 6581 block or the [MS-SMBD] header) is owned by the Responder and
+// must not be modified.
 func (r *Responder) Request() Frame { return r.req }
 
 // Policy returns the resolved policy the Responder applies.
@@ -583,7 +615,11 @@ func (r *Responder) SetLimits(maxIRD, maxORD int) { r.limIRD, r.limORD = maxIRD,
 // ORD, each first capped by the policy limits; P2P is echoed and the RTR
 // chosen from the offer (Write, then Read, then Send), else the first this
 // side accepts is proposed. The limits are the policy's, lowered by
-// SetLimits.
+// SetLimits. A revision 1 Request that carried the [MS-SMBD] header
+// (Policy.SMBD) is negotiated by the same rules, and the Reply's header
+// carries the result; an ORD of 0 is raised to 1 there, in the Reply and
+// in the Params, since [MS-SMBD] section 6.1 wants values greater than
+// zero.
 func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
 	pol := r.p
 	pol.MaxIRD, pol.MaxORD = lowerLimit(pol.MaxIRD, r.limIRD), lowerLimit(pol.MaxORD, r.limORD)
@@ -593,16 +629,18 @@ func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
 	}
 	rev := min(r.req.Rev, p.Rev)
 	enhanced := r.req.Enhanced && rev == Rev2
-	if len(pd) > p.MaxULPPrivateData(enhanced) {
-		return Frame{}, Params{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), p.MaxULPPrivateData(enhanced))
-	}
+	smbd := r.req.SMBD // set by read: Policy.SMBD and a revision 1 Request
 	rep := Frame{
 		Reply:       true,
 		Rev:         rev,
 		Enhanced:    enhanced,
 		CRC:         r.req.CRC || p.CRC.asks(),
 		Markers:     p.Markers == MarkersRequest,
+		SMBD:        smbd,
 		PrivateData: pd,
+	}
+	if len(pd) > p.MaxULPPrivateDataIn(&rep) {
+		return Frame{}, Params{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), p.MaxULPPrivateDataIn(&rep))
 	}
 	params := Params{
 		Rev:                rev,
@@ -614,12 +652,22 @@ func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
 		ORD:                ord,
 		TerminateLayoutSiw: p.TerminateLayoutSiw,
 	}
-	if enhanced {
-		peerIRD := min(int(r.req.IRD), p.MaxORD)
-		peerORD := min(int(r.req.ORD), p.MaxIRD)
+	if enhanced || smbd {
+		reqIRD, reqORD := r.req.AdvertisedIRDORD()
+		peerIRD := min(reqIRD, p.MaxORD)
+		peerORD := min(reqORD, p.MaxIRD)
 		ord = min(ord, peerIRD)
 		ird = max(ird, peerORD)
-		rep.IRD, rep.ORD = uint16(ird), uint16(ord)
+		if smbd {
+			// [MS-SMBD] section 6.1: values greater than zero. The IRD is
+			// at least the peer's ORD (itself at least 1); an ORD of 0
+			// is raised, and settled, as 1 (within MaxORD, at least 1).
+			ord = max(ord, 1)
+			rep.SMBDIRD, rep.SMBDORD = smbdValue(ird), smbdValue(ord)
+			params.SMBD = true
+		} else {
+			rep.IRD, rep.ORD = uint16(ird), uint16(ord)
+		}
 		params.IRD, params.ORD = ird, ord
 		if r.req.P2P {
 			rtr := (r.req.RTRs() & p.RTRs).Choose()
@@ -657,12 +705,10 @@ func (r *Responder) Accept(ctx context.Context, ird, ord int, pd []byte) (*Param
 	return &params, nil
 }
 
-// rejectFrame builds the Reply with R set: M clear, C as in the Request
-// (cleared under CRCStrict), the revision answered, and in revision 2
-// enhanced a zero IRD/ORD block.
+// rejectFrame builds the Reply with R set (see RejectFrame).
 func (r *Responder) rejectFrame(pd []byte) Frame {
 	rev := min(r.req.Rev, r.p.Rev)
-	return Frame{
+	f := Frame{
 		Reply:       true,
 		Reject:      true,
 		Rev:         rev,
@@ -670,21 +716,36 @@ func (r *Responder) rejectFrame(pd []byte) Frame {
 		CRC:         r.req.CRC && r.p.CRC != CRCStrict,
 		PrivateData: pd,
 	}
+	if r.req.SMBD {
+		f.SMBD = true
+		f.SMBDIRD = smbdValue(lowerLimit(r.p.MaxIRD, r.limIRD))
+		f.SMBDORD = smbdValue(lowerLimit(r.p.MaxORD, r.limORD))
+	}
+	return f
 }
 
-// RejectFrame returns the Reply with R set that Reject would send.
+// RejectFrame returns the Reply with R set that Reject would send with pd:
+// M clear, C as in the Request (cleared under CRCStrict), the revision
+// answered, in revision 2 enhanced a zero IRD/ORD block, and after a
+// Request that carried the [MS-SMBD] header (Policy.SMBD) a header with
+// this side's IRD/ORD limits, those of the policy lowered by SetLimits
+// (values greater than zero, as [MS-SMBD] section 6.1 wants). The frame's
+// PrivateData aliases pd.
 func (r *Responder) RejectFrame(pd []byte) Frame { return r.rejectFrame(pd) }
 
-// Reject answers the Request with a Reply with R set carrying pd (plus the
-// RFC 6581 block when the Request was enhanced), written within ctx. pd is
-// copied before Reject returns.
+// Reject answers the Request with a Reply with R set carrying pd (after
+// the RFC 6581 block when the Request was enhanced, after the [MS-SMBD]
+// header when it carried one; see RejectFrame), written within ctx. pd is
+// copied before Reject returns. pd over the policy's limit
+// (MaxULPPrivateDataIn of RejectFrame) is refused with ErrPrivateDataLimit
+// and nothing sent; the Request may still be answered.
 func (r *Responder) Reject(ctx context.Context, pd []byte) error {
 	if r.answered {
 		return ErrAnswered
 	}
 	rej := r.rejectFrame(pd)
-	if len(pd) > r.p.MaxULPPrivateData(rej.Enhanced) {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), r.p.MaxULPPrivateData(rej.Enhanced))
+	if len(pd) > r.p.MaxULPPrivateDataIn(&rej) {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), r.p.MaxULPPrivateDataIn(&rej))
 	}
 	r.answered = true
 	release := bindContext(ctx, r.conn)

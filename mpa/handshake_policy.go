@@ -231,6 +231,50 @@ type Policy struct {
 	// TerminateLayoutSiw writes Terminate control words in Linux siw's
 	// byte order (see rdmap/wire.LayoutSiw), in the handshake and after it.
 	TerminateLayoutSiw bool
+	// SMBD negotiates IRD and ORD in MPA revision 1 with the [MS-SMBD]
+	// IRD/ORD Negotiate Header ([MS-SMBD] section 6.1; see
+	// AppendSMBDHeader), as Windows SMB Direct does over revision 1 RNICs
+	// such as the Chelsio T4. Default off: nothing changes, byte for byte.
+	//
+	// It applies to a connection whose MPA Request is revision 1 (an
+	// initiator with Rev 1); a revision 2 Request never carries the
+	// header (the RFC 6581 block does that job), even when a responder
+	// answers it with revision 1, and this field is then ignored. When it
+	// applies:
+	//
+	//   - The initiator puts the header first in the Request's private
+	//     data, carrying its IRD and ORD (0 is sent as 1: [MS-SMBD] wants
+	//     values greater than zero), then the ULP's private data.
+	//   - The responder takes the header off the Request's private data
+	//     (Responder.Request, cm's ConnectRequest event and Frame.PrivateData
+	//     hold only the ULP's part; Frame.SMBDIRD/SMBDORD the values). A
+	//     Request whose private data is shorter than 8 bytes (ErrSMBDShort)
+	//     or whose IRD or ORD is 0 (ErrSMBDZero) is answered with a Reply
+	//     with R set and never reaches the ULP.
+	//   - Accept negotiates as RFC 6581 does, with the same relaxed rules
+	//     and limits as the revision 2 path (see Responder.Negotiate), and
+	//     the Reply starts with the header carrying the result (an ORD of
+	//     0 is sent, and settled, as 1).
+	//   - The initiator checks the Reply (R clear) as it checks an RFC
+	//     6581 block: no header or IRD/ORD 0 gets an LLP Terminate with
+	//     TermInvalidReqRep (ErrSMBDShort, ErrSMBDZero); an ORD above the
+	//     IRD it sent and above MaxIRD the Terminate for an insufficient
+	//     IRD (ErrInsufficientIRD); Params.IRD is the Reply's ORD,
+	//     Params.ORD its IRD lowered to MaxORD. Values above the limits
+	//     (a little-endian sender's, say) are clamped, never masked.
+	//   - A Reject of a Request that carried the header carries one too
+	//     (this side's IRD/ORD limits), and the initiator takes 8 bytes off
+	//     a rejecting Reply's private data when it has that many.
+	//   - The header counts in PD_Length: MaxPrivateData bounds header and
+	//     ULP private data together (MaxULPPrivateDataIn). Revision 1 has
+	//     no P2P or RTR negotiation; P2P is ignored.
+	//
+	// Both sides must agree on it out of band, as SMB Direct does: MPA
+	// cannot tell a header from 8 bytes of ULP private data. A side with
+	// SMBD off hands the peer's header to its ULP as private data; a side
+	// with it on reads the first 8 bytes of the peer's private data as the
+	// header, and only a short or zero one is caught.
+	SMBD bool
 }
 
 // Resolve returns a copy of p (nil means the zero Policy) with defaults
@@ -277,6 +321,9 @@ func (p *Policy) Resolve() (Policy, error) {
 	if c.Rev == Rev2 && c.MaxPrivateData < EnhancedLen {
 		return c, fmt.Errorf("mpa: policy private data limit %d leaves no room for the RFC 6581 block", c.MaxPrivateData)
 	}
+	if c.SMBD && c.MaxPrivateData < SMBDHeaderLen {
+		return c, fmt.Errorf("mpa: policy private data limit %d leaves no room for the [MS-SMBD] header", c.MaxPrivateData)
+	}
 	return c, nil
 }
 
@@ -306,6 +353,17 @@ func (p *Policy) MaxULPPrivateData(enhanced bool) int {
 	}
 	if enhanced {
 		n -= EnhancedLen
+	}
+	return max(n, 0)
+}
+
+// MaxULPPrivateDataIn returns the most ULP private data the frame f may
+// carry under p: the private data limit less the RFC 6581 block when
+// f.Enhanced and less the [MS-SMBD] header when f.SMBD.
+func (p *Policy) MaxULPPrivateDataIn(f *Frame) int {
+	n := p.MaxULPPrivateData(f.Enhanced)
+	if f.SMBD {
+		n -= SMBDHeaderLen
 	}
 	return max(n, 0)
 }

@@ -38,6 +38,9 @@ type Params struct {
 	Initiator bool
 	Rev       uint8
 	Enhanced  bool // RFC 6581 enhanced connection setup in use
+	// SMBD: IRD and ORD were negotiated with the [MS-SMBD] IRD/ORD
+	// Negotiate Header in revision 1 (Policy.SMBD).
+	SMBD bool
 	// CRC is in use in both directions.
 	CRC bool
 	// MarkersTx: this side inserts markers (the peer asked for them);

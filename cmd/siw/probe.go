@@ -21,8 +21,9 @@ import (
 // siw probe: connect to an iWARP peer with hand-made MPA Requests, one TCP
 // connection each, and report what it does: the revisions it takes,
 // RFC 6581 enhanced mode, CRC, markers, P2P and the RTR it picks, the
-// IRD/ORD it grants, the largest private data it takes, how it refuses,
-// and how long it waits for a Request.
+// IRD/ORD it grants, whether it answers the [MS-SMBD] IRD/ORD header in
+// revision 1, the largest private data it takes, how it refuses, and how
+// long it waits for a Request.
 
 type probeOptions struct {
 	json        bool
@@ -46,8 +47,11 @@ func newProbeCmd() *cobra.Command {
 revisions it accepts, whether it answers RFC 6581 enhanced Requests in kind,
 whether it turns CRC on when asked, whether it refuses markers and how (a Reply
 with R set, or a bare close), P2P mode and the RTR it picks when offered all
-three, the IRD/ORD it grants when asked for 128/128, the largest PD_Length it
-accepts, and how long it waits for a Request on a silent connection.
+three, the IRD/ORD it grants when asked for 128/128, whether it answers a
+revision 1 Request carrying the [MS-SMBD] IRD/ORD header (SMB Direct's
+negotiation for MPA revision 1) with one of its own and the IRD/ORD that
+header grants, the largest PD_Length it accepts, and how long it waits for a
+Request on a silent connection.
 
 It tells the MPA layer's answer from the upper layer's: a Reply with R set
 carrying private data is the upper layer refusing a Request the MPA layer
@@ -134,6 +138,10 @@ type probeReport struct {
 	RTR            probeFact `json:"rtr_chosen"`      // "write", "read", "send"
 	IRD            probeFact `json:"ird"`             // int, asked 128
 	ORD            probeFact `json:"ord"`             // int, asked 128
+	// SMBD: the [MS-SMBD] header of the peer's answer to a revision 1
+	// Request carrying one (asking 128/128): "IRD n ORD m", or
+	// "no header".
+	SMBD           probeFact `json:"smbd_header"`
 	MaxPrivateData probeFact `json:"max_private_data"`
 	RequestTimeout probeFact `json:"request_timeout_ms"`
 
@@ -439,6 +447,11 @@ func runProbe(ctx context.Context, addr string, o probeOptions) (*probeReport, e
 	}
 	r.Rev3 = tookFact(took, from, "accepted", "refused")
 
+	// Revision 1 with the [MS-SMBD] section 6.1 IRD/ORD header.
+	if err := p.askSMBD(ctx, r, pd); err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+
 	// CRC asked for.
 	crcReq := withPD(enhancedRequest(1, 1))
 	crcReq.CRC = true
@@ -599,6 +612,7 @@ func (r *probeReport) writeText(w io.Writer) {
 		{"revision 1", r.Rev1}, {"revision 2", r.Rev2}, {"revision 3", r.Rev3},
 		{"enhanced (RFC 6581)", r.Enhanced},
 		{"IRD granted", r.IRD}, {"ORD granted", r.ORD},
+		{"MS-SMBD header", r.SMBD},
 		{"CRC when asked", r.CRC}, {"CRC when not asked", r.CRCUnasked},
 		{"markers", r.Markers}, {"markers refused by", r.MarkersRefusal},
 		{"peer-to-peer", r.P2P}, {"RTR chosen", r.RTR},
@@ -611,6 +625,10 @@ func (r *probeReport) writeText(w io.Writer) {
 			switch f.name {
 			case "IRD granted", "ORD granted":
 				v += " (asked 128)"
+			case "MS-SMBD header":
+				if v != smbdNone {
+					v += " (asked IRD 128 ORD 128)"
+				}
 			case "markers refused by":
 				v = map[string]string{"reply_r_set": "a Reply with R set", "close": "a close", "silence": "no answer"}[v]
 			case "request timeout":
@@ -623,4 +641,59 @@ func (r *probeReport) writeText(w io.Writer) {
 		fmt.Fprintf(w, "  %-20s the peer sent %s (RFC 5044: nothing before the initiator's first FPDU)\n", "warning", r.UnsolicitedData)
 	}
 	fmt.Fprintf(w, "  %-20s %s\n", "reply to rev 2", strings.ToUpper(r.BaseReply))
+}
+
+// smbdNone is the SMBD fact of a peer that answers without the header.
+const smbdNone = "no header"
+
+// smbdAsk is what the probe's [MS-SMBD] header asks for.
+const smbdAsk = 128
+
+// askSMBD sends a revision 1 Request whose private data starts with the
+// [MS-SMBD] section 6.1 IRD/ORD header (128/128, before --private-data)
+// and records whether the peer's answer carries one. A header is taken for
+// one when both values are 1..0x3fff (the range of RFC 6581's fields;
+// other bytes are the upper layer's private data, or a header in the
+// wrong byte order, which the fact says). A peer whose MPA layer takes
+// only revision 1 Requests with the header refuses the plain revision 1
+// Request; the revision 1 fact then says so.
+func (p *prober) askSMBD(ctx context.Context, r *probeReport, pd []byte) error {
+	req := mpa.Frame{Rev: mpa.Rev1, SMBD: true, SMBDIRD: smbdAsk, SMBDORD: smbdAsk, PrivateData: pd}
+	o, err := p.ask(ctx, request(req))
+	if err != nil {
+		return err
+	}
+	asked := "a revision 1 Request with the [MS-SMBD] IRD/ORD header asking 128/128"
+	if o.reply == nil {
+		r.SMBD = unknown("%s answered %s: no Reply to read a header from", o.describe(), asked)
+		return nil
+	}
+	// Describe the Reply with its header, if it has one, taken off: what
+	// follows is the upper layer's.
+	split := *o.reply
+	ird, ord, herr := mpa.ParseSMBDHeader(split.PrivateData)
+	header := herr == nil && ird <= mpa.MaxIRDORD && ord <= mpa.MaxIRDORD
+	if header {
+		_ = split.SplitSMBD()
+	}
+	so := o
+	so.reply = &split
+	from := fmt.Sprintf("%s answered %s", so.describe(), asked)
+	switch {
+	case header:
+		r.SMBD = known(fmt.Sprintf("IRD %d ORD %d", ird, ord), "the [MS-SMBD] header in %s", from)
+		if o.accepted() && r.Rev1.Value == "refused" {
+			r.Rev1 = known("accepted only with the [MS-SMBD] header", "a plain revision 1 Request was refused; %s", from)
+		}
+	case herr == nil:
+		r.SMBD = known(smbdNone, "the first 8 bytes of the private data of %s read as IRD %d ORD %d, beyond 14 bits: "+
+			"the upper layer's private data, or a header in the wrong byte order", from, ird, ord)
+	case o.accepted():
+		r.SMBD = known(smbdNone, "%s: %v", from, herr)
+	case o.ulpReject():
+		r.SMBD = known(smbdNone, "%s: no header before the upper layer's reason (a peer whose MPA layer adds the header to rejects would show one)", from)
+	default:
+		r.SMBD = unknown("%s: no private data to read a header from", from)
+	}
+	return nil
 }

@@ -381,3 +381,44 @@ func TestProbePrivateData(t *testing.T) {
 		t.Errorf("--private-data 0xzz: %v", err)
 	}
 }
+
+// The [MS-SMBD] header question: a gosiw peer with mpa.Policy.SMBD
+// answers it with the IRD/ORD it grants (relaxed negotiation: IRD raised
+// to the asked ORD 128, ORD 4), refuses a plain revision 1 Request (no
+// header) at the MPA level, and still puts a header before its upper
+// layer's reason; without the option there is no header.
+func TestProbeGosiwSMBD(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	for _, c := range []struct {
+		name   string
+		p      mpa.Policy
+		reason []byte
+		want   map[string]any
+	}{
+		{"on", mpa.Policy{SMBD: true}, nil, map[string]any{"smbd_header": "IRD 128 ORD 4", "rev1": "accepted only with the [MS-SMBD] header", "rev2": "accepted"}},
+		{"on, limits", mpa.Policy{SMBD: true, MaxIRD: 16, MaxORD: 8}, nil, map[string]any{"smbd_header": "IRD 16 ORD 4"}},
+		// The listener refuses Accept's ORD 4 over MaxORD 2: the reject
+		// still carries a header, with the limits.
+		{"on, accept refused", mpa.Policy{SMBD: true, MaxIRD: 16, MaxORD: 2}, nil, map[string]any{"smbd_header": "IRD 16 ORD 2"}},
+		{"on, ULP rejects", mpa.Policy{SMBD: true}, []byte("go away"), map[string]any{"smbd_header": "IRD 128 ORD 128"}},
+		{"off", mpa.Policy{}, nil, map[string]any{"smbd_header": smbdNone, "rev1": "accepted"}},
+		{"off, ULP rejects", mpa.Policy{}, []byte("go away"), map[string]any{"smbd_header": smbdNone}},
+		{"off, revision 1", mpa.Policy{Rev: mpa.Rev1}, nil, map[string]any{"smbd_header": smbdNone, "rev1": "accepted"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ln *cm.Listener
+			if c.reason != nil {
+				ln = gosiwULP(t, cm.Config{MPA: c.p}, c.reason)
+			} else {
+				ln = gosiwListener(t, cm.Config{MPA: c.p})
+			}
+			got, rep := probeValues(t, ln.Addr().String(), probeOptions{})
+			checkFacts(t, got, c.want, rep)
+			var text bytes.Buffer
+			rep.writeText(&text)
+			if !strings.Contains(text.String(), "MS-SMBD header") {
+				t.Errorf("text lacks the MS-SMBD line:\n%s", text.String())
+			}
+		})
+	}
+}
