@@ -220,6 +220,7 @@ type sqEntry struct {
 	length    uint32 // total payload (or Read size)
 	remote    Remote
 	invSTag   STag
+	mem       MemOp // WRRegMR, WRBindMW
 	imm       uint64
 	cmpAdd    uint64
 	swap      uint64
@@ -696,6 +697,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
 	e.remote, e.invSTag, e.imm = wr.Remote, wr.InvalidateSTag, wr.Imm
+	e.mem = wr.Mem
 	e.cmpAdd, e.swap = wr.CompareAdd, wr.Swap
 	e.addMask, e.cmpMask, e.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
 	if e.op == WRCmpSwap {
@@ -739,7 +741,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 }
 
 func (qp *QP) validateSend(wr *SendWR) error {
-	if wr.Op > WRCmpSwap {
+	if wr.Op > WRBindMW {
 		return ErrInvalidWR
 	}
 	if wr.Op.rfc7306() && !qp.cfg.RFC7306 {
@@ -778,10 +780,16 @@ func (qp *QP) validateSend(wr *SendWR) error {
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
 			return ErrInvalidSGE
 		}
-	case WRLocalInv, WRImmData:
+	case WRLocalInv, WRImmData, WRRegMR, WRBindMW:
 		if len(wr.SGL) != 0 {
 			return ErrInvalidWR
 		}
+	}
+	switch wr.Op {
+	case WRRegMR:
+		return qp.validateRegMR(&wr.Mem)
+	case WRBindMW:
+		return qp.validateBindMW(&wr.Mem)
 	}
 	return nil
 }
