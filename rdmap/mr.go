@@ -119,10 +119,10 @@ type MR struct {
 type mrKind uint8
 
 const (
-	mrRegular  mrKind = iota // PD.RegisterMemory
-	mrFast                   // PD.AllocMR, mapped by WRRegMR
-	mrWindow1                // the STag of a type 1 memory window
-	mrWindow2                // the STag of a type 2 memory window
+	mrRegular mrKind = iota // PD.RegisterMemory
+	mrFast                  // PD.AllocMR, mapped by WRRegMR
+	mrWindow1               // the STag of a type 1 memory window
+	mrWindow2               // the STag of a type 2 memory window
 )
 
 func (k mrKind) window() bool { return k == mrWindow1 || k == mrWindow2 }
