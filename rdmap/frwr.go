@@ -170,6 +170,8 @@ func (d *Device) invalidateSTag(qp *QP, s STag, remote bool) accessErr {
 			return accessPD
 		}
 	}
-	mr.invalidate()
+	if !mr.invalidateSTag(s) {
+		return accessInvalidSTag
+	}
 	return accessOK
 }

@@ -74,6 +74,24 @@ const (
 // reused by the caller while the region is registered; remote peers may
 // write into it at any time its access rights allow. An MR is safe for
 // concurrent use.
+//
+// A region comes from PD.RegisterMemory (valid at once over the given
+// memory) or PD.AllocMR (a fast-register region: invalid until a WRRegMR
+// work request maps it, which it may do again after each invalidation,
+// over other memory and with other rights; see AllocMR). Memory windows
+// (MW) may be bound over a region with AccessMWBind.
+//
+// Life cycle relative to the SQ and to peers: a work request's effect on
+// the region (WRRegMR, WRLocalInv, WRBindMW over it) happens when the send
+// engine takes that work request, after every earlier work request of the
+// same SQ has been taken and before any later one is; a peer's access is
+// checked when its segment arrives, against the state at that moment.
+// Once an invalidation has taken effect (MR.Invalidate returned, the
+// Local Invalidate completed, the Send with Invalidate's receive
+// completed), no peer byte lands in the memory through the old STag, and
+// the caller may reuse the memory for anything, except that work requests
+// still in flight that read it (Sends, Writes, Read Responses already
+// queued) may still read it until they complete.
 type MR struct {
 	dev   *Device
 	pd    *PD
@@ -219,7 +237,9 @@ func (mr *MR) SGE(off, n int) SGE { return SGE{MR: mr, Offset: uint64(off), Leng
 // work request does in SQ order. As in verbs, invalidating an invalid
 // region is not an error. When Invalidate returns, no byte reaches the
 // region through the old STag any more, on any path: a segment being
-// placed into it at that moment is cut (see Deregister).
+// placed into it at that moment is cut (see Deregister). The memory
+// windows bound over the region are unbound with it (each with the same
+// fence) before Invalidate returns.
 func (mr *MR) Invalidate() error {
 	if mr.dereg.Load() {
 		return ErrClosed
@@ -233,9 +253,18 @@ func (mr *MR) Invalidate() error {
 // placing into memory itself (no receive engine calls it mid-placement).
 // A region's windows are invalidated with it (each fenced the same way);
 // a window leaves its region's set of bound windows.
-func (mr *MR) invalidate() {
+func (mr *MR) invalidate() { mr.invalidateSTag(0) }
+
+// invalidateSTag is invalidate for STag s only: it reports false, and
+// does nothing, when the region's STag is no longer s (re-registered or
+// re-bound since the caller looked it up). s 0 matches any STag (no
+// region has STag index 0).
+func (mr *MR) invalidateSTag(s STag) bool {
 	for {
 		old := mr.st.Load()
+		if s != 0 && STag(uint32(old)) != s {
+			return false
+		}
 		if mr.st.CompareAndSwap(old, old&^mrValid) {
 			break
 		}
@@ -257,6 +286,7 @@ func (mr *MR) invalidate() {
 		}
 	}
 	mr.fence()
+	return true
 }
 
 // fence waits until no receive engine is inside a placement into the

@@ -121,6 +121,8 @@ func (mw *MW) Unbind() error {
 	if mw.typ != MWType1 {
 		return ErrInvalidWR
 	}
+	mw.m.mu.Lock()
+	defer mw.m.mu.Unlock()
 	if mw.m.dereg.Load() {
 		return ErrClosed
 	}
@@ -132,6 +134,8 @@ func (mw *MW) Unbind() error {
 // STag. The window cannot be used again; work requests still queued that
 // bind it fail with a local protection error.
 func (mw *MW) Dealloc() error {
+	mw.m.mu.Lock()
+	defer mw.m.mu.Unlock()
 	if !mw.m.dereg.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
