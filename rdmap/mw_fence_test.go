@@ -13,15 +13,18 @@ import (
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
-// TestMWFence is TestMemoryFence for windows: a raw peer sends the start
-// of a large Write through a window and stops; once the victim places it,
-// the test unbinds the window (or invalidates its region) and fills the
+// TestMWFence is TestMemoryFence for windows and fast-register regions: a
+// raw peer sends the start of a large Write through a window (or a
+// fast-register region's STag) and stops; once the victim places it, the
+// test unbinds the window (or invalidates its region) and fills the
 // memory with a canary; the peer trickles the rest. When the unbinding
-// call returns (or its work request completed), no byte lands: the
-// segment is cut and the QP ends with the invalid-STag Terminate.
+// call returns (or its work request or receive completed), no byte
+// lands: the segment is cut and the QP ends with the invalid-STag
+// Terminate.
 func TestMWFence(t *testing.T) {
 	for _, path := range []string{"direct", "buffered", "pipe", "crc"} {
-		for _, trig := range []string{"unbind", "rebind", "dealloc", "region-invalidate", "type2-local-invalidate", "type2-region-local-invalidate"} {
+		for _, trig := range []string{"unbind", "rebind", "dealloc", "region-invalidate", "type2-local-invalidate", "type2-region-local-invalidate",
+			"fr-local-invalidate", "fr-send-invalidate"} {
 			t.Run(fmt.Sprintf("%s/%s", path, trig), func(t *testing.T) { runMWFence(t, path, trig) })
 		}
 	}
@@ -53,9 +56,19 @@ func runMWFence(t *testing.T, path, trig string) {
 		t.Fatal(err)
 	}
 	defer mw.Dealloc()
+	fr, err := pd.AllocMR(fencePlen/4096 + 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Deregister()
 	p := rdmaptest.NewRawPeer(t, qp, &rdmaptest.Options{Pipe: path == "pipe", CRC: path == "crc"}, false)
 	p.Write(0x100, 0, nil, true) // a first FPDU: the victim's send engine may run
-	if typ == rdmap.MWType1 {
+	isFR := trig == "fr-local-invalidate" || trig == "fr-send-invalidate"
+	if isFR {
+		mustPost(t, qp.PostSend(rdmap.SendWR{ID: 7, Op: rdmap.WRRegMR, Signaled: true,
+			Mem: rdmap.MemOp{MR: fr, Mem: buf[4096 : 4096+fencePlen], Access: rdmap.AccessLocalWrite | rdmap.AccessRemoteWrite, Key: 0x21}}))
+		expectWC(t, poll(t, cq), 7, rdmap.WCRegMR, rdmap.WCSuccess)
+	} else if typ == rdmap.MWType1 {
 		if _, err := mw.Bind(mr, 4096, fencePlen, rdmap.AccessRemoteWrite, true); err != nil {
 			t.Fatal(err)
 		}
@@ -65,6 +78,9 @@ func runMWFence(t *testing.T, path, trig string) {
 		expectWC(t, poll(t, cq), 7, rdmap.WCBindMW, rdmap.WCSuccess)
 	}
 	stag := mw.STag()
+	if isFR {
+		stag = fr.STag()
+	}
 	hdr := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite), STag: stag, TO: 0})
 	fpdu := p.Framer.AppendFPDU(nil, append(hdr, bytes.Repeat([]byte{fencePeer}, fencePlen)...), nil)
 	cut := 2 + len(hdr) + fenceFirst
@@ -93,11 +109,32 @@ func runMWFence(t *testing.T, path, trig string) {
 		}
 		mustPost(t, qp.PostSend(rdmap.SendWR{ID: 9, Op: rdmap.WRLocalInv, InvalidateSTag: inv, Signaled: true}))
 		expectWC(t, poll(t, cq), 9, rdmap.WCLocalInv, rdmap.WCSuccess)
+	case "fr-local-invalidate":
+		mustPost(t, qp.PostSend(rdmap.SendWR{ID: 9, Op: rdmap.WRLocalInv, InvalidateSTag: stag, Signaled: true}))
+		expectWC(t, poll(t, cq), 9, rdmap.WCLocalInv, rdmap.WCSuccess)
+	case "fr-send-invalidate":
+		// Another QP of the PD receives the Send with Invalidate.
+		v2 := newRawVictim(t, pd)
+		rb, err := pd.RegisterMemory(make([]byte, 16), rdmap.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rb.Deregister()
+		mustPost(t, v2.qp.PostRecv(rdmap.RecvWR{ID: 5, SGL: []rdmap.SGE{rb.SGE(0, 16)}}))
+		v2.p.SendULPDU(append(rdmaptest.UntaggedHeader(wire.OpSendInv, wire.QNSend, 1, 0, true, stag), 1))
+		wc := poll(t, v2.cq)
+		expectWC(t, wc, 5, rdmap.WCRecv, rdmap.WCSuccess)
+		if wc.Flags&rdmap.WCWithInv == 0 || wc.InvalidatedSTag != stag {
+			t.Fatalf("receive %+v did not invalidate", wc)
+		}
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if trig != "rebind" && mw.Valid() {
+	if isFR && fr.Valid() {
+		t.Fatal("fast-register region still valid")
+	}
+	if !isFR && trig != "rebind" && mw.Valid() {
 		t.Fatal("window still valid")
 	}
 	for i := range buf {

@@ -661,6 +661,7 @@ func (qp *QP) sweepLocked() bool {
 		for i := range e.nsge {
 			e.sgl[i].MR = nil
 		}
+		e.mem = MemOp{}
 		qp.sqHead++
 	}
 	return ok
@@ -672,7 +673,10 @@ func (qp *QP) sweepLocked() bool {
 // has overrun (see CQ); on a QP in ERROR it succeeds otherwise and the
 // request completes at once with WCWRFlushErr. Local memory is checked
 // when the request is executed: a bad SGE completes it with
-// WCLocProtErr and puts the QP in error, as verbs do.
+// WCLocProtErr and puts the QP in error, as verbs do. A WRRegMR or
+// WRBindMW is checked at once as far as the SQ ahead of it cannot change
+// the outcome (ErrInvalidWR, ErrWrongPD, ErrAccess, ErrInvalidSGE; see
+// MemOp, MW) and otherwise when executed.
 func (qp *QP) PostSend(wr SendWR) error {
 	if err := qp.validateSend(&wr); err != nil {
 		return err
