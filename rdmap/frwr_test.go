@@ -122,7 +122,7 @@ func TestFRWRCycles(t *testing.T) {
 		off := (i * 1000) % (len(buf) - n)
 		mustPost(t, v.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{rb.SGE(0, 16)}}))
 		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRRegMR, Signaled: true,
-			Mem: rdmap.MemOp{MR: mr, Mem: buf[off : off+n], Access: accRW, Key: key}}))
+			Mem: rdmap.MemOp{MR: mr, Mem: buf[off : off+n], Access: accRW | rdmap.AccessRemoteRead, Key: key}}))
 		var adv [4]byte
 		binary.BigEndian.PutUint32(adv[:], uint32(mr.STag()&^0xff|rdmap.STag(key)))
 		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 2, Op: rdmap.WRSend, InlineData: adv[:], Signaled: true}))
@@ -138,8 +138,14 @@ func TestFRWRCycles(t *testing.T) {
 
 		expectWC(t, poll(t, v.cq), 1, rdmap.WCRegMR, rdmap.WCSuccess)
 		expectWC(t, poll(t, v.cq), 2, rdmap.WCSend, rdmap.WCSuccess)
-		if !mr.Valid() || mr.STag() != stag || !bytes.Equal(mr.Bytes(), buf[off:off+n]) || mr.Access() != accRW {
+		if !mr.Valid() || mr.STag() != stag || !bytes.Equal(mr.Bytes(), buf[off:off+n]) || mr.Access() != accRW|rdmap.AccessRemoteRead {
 			t.Fatalf("round %d: region %v %#x %v after its registration, want STag %#x", i, mr.Valid(), mr.STag(), mr.Access(), stag)
+		}
+		// The peer reads back what it wrote, through the same STag.
+		v.p.ReadRequest(&wire.ReadRequestFields{SinkSTag: 0x7700, SinkTO: 0, Size: 64, SrcSTag: stag, SrcTO: 100})
+		rr, err := v.p.NextFPDU(20 * time.Second)
+		if err != nil || rdmaptest.Opcode(rr) != wire.OpReadResponse || !bytes.Equal(rr[ddp.TaggedHeaderLen:], bytes.Repeat([]byte{pat}, 64)) {
+			t.Fatalf("round %d: Read Response (%v) % x", i, err, rr)
 		}
 		// The previous key, while the region is valid under this one.
 		attackWrite(t, pd, prev, 0, ddp.CodeInvalidSTag)
