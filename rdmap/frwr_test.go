@@ -270,3 +270,45 @@ func TestFRWRRefusedAtExecution(t *testing.T) {
 		})
 	}
 }
+
+// TestFRWRPinsMemory: a fast-register region keeps every AllocMemory
+// region it was mapped over from closing until it is deregistered, even
+// once re-registered elsewhere (a Read Response or Send of the old
+// mapping may still be in flight).
+func TestFRWRPinsMemory(t *testing.T) {
+	a, _ := pair(t, rdmap.QPConfig{}, &rdmaptest.Options{Pipe: true})
+	memA, err := a.dev.AllocMemory(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memB, err := a.dev.AllocMemory(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := a.pd.AllocMR(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []*rdmap.Memory{memA, memB, memA} {
+		if i > 0 {
+			mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 10 + uint64(i), Op: rdmap.WRLocalInv, InvalidateSTag: mr.STag(), Signaled: true}))
+			expectWC(t, poll(t, a.cq), 10+uint64(i), rdmap.WCLocalInv, rdmap.WCSuccess)
+		}
+		mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: uint64(i), Op: rdmap.WRRegMR, Signaled: true,
+			Mem: rdmap.MemOp{MR: mr, Mem: m.Bytes()[:4096], Access: rdmap.AccessLocalWrite, Key: uint8(i + 1)}}))
+		expectWC(t, poll(t, a.cq), uint64(i), rdmap.WCRegMR, rdmap.WCSuccess)
+	}
+	for _, m := range []*rdmap.Memory{memA, memB} {
+		if err := m.Close(); !errors.Is(err, rdmap.ErrBusy) {
+			t.Fatalf("Memory.Close under a fast-register region: %v, want ErrBusy", err)
+		}
+	}
+	if err := mr.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*rdmap.Memory{memA, memB} {
+		if err := m.Close(); err != nil {
+			t.Fatalf("Memory.Close after Deregister: %v", err)
+		}
+	}
+}

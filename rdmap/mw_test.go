@@ -403,6 +403,13 @@ func TestMWType2Rules(t *testing.T) {
 	}
 	defer w2.Dealloc()
 
+	gone, err := pd.RegisterMemory(buf, accMW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Deregister(); err != nil {
+		t.Fatal(err)
+	}
 	s := newRawVictim(t, pd)
 	for _, c := range []struct {
 		name string
@@ -428,6 +435,7 @@ func TestMWType2Rules(t *testing.T) {
 	}{
 		{"region-without-bind-right", rdmap.MemOp{MW: w2, MR: noBind, Length: 64, Access: rdmap.AccessRemoteWrite, Key: 1}, rdmap.WCLocProtErr},
 		{"past-the-region", rdmap.MemOp{MW: w2, MR: mr, Offset: 8000, Length: 400, Access: rdmap.AccessRemoteWrite, Key: 1}, rdmap.WCLocProtErr},
+		{"deregistered-region", rdmap.MemOp{MW: w2, MR: gone, Length: 64, Access: rdmap.AccessRemoteWrite, Key: 1}, rdmap.WCLocProtErr},
 		{"first-key-unchanged", rdmap.MemOp{MW: w2, MR: mr, Length: 64, Access: rdmap.AccessRemoteWrite, Key: 0}, rdmap.WCSuccess},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -465,6 +473,22 @@ func TestMWType2Rules(t *testing.T) {
 		expectWC(t, poll(t, v.cq), 2, rdmap.WCBindMW, rdmap.WCLocQPOpErr)
 		if uint8(w2.STag()) != 9 || !w2.Valid() {
 			t.Fatalf("refused bind changed the window: %#x", w2.STag())
+		}
+		// The peer of another QP cannot invalidate it.
+		v2 := newRawVictim(t, pd)
+		rb, err := pd.RegisterMemory(make([]byte, 16), rdmap.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rb.Deregister()
+		mustPost(t, v2.qp.PostRecv(rdmap.RecvWR{ID: 1, SGL: []rdmap.SGE{rb.SGE(0, 16)}}))
+		v2.p.SendULPDU(append(rdmaptest.UntaggedHeader(wire.OpSendInv, wire.QNSend, 1, 0, true, w2.STag()), 7))
+		term, _ := v2.p.ExpectTerminate(20 * time.Second)
+		if term.Layer != wire.LayerRDMAP || term.EType != wire.ETypeRemoteProtection || term.Code != wire.CodeCannotInvalidate {
+			t.Fatalf("Send with Invalidate of another QP's window: Terminate %v", &term)
+		}
+		if !w2.Valid() {
+			t.Fatal("another QP's peer invalidated a type 2 window")
 		}
 		if err := w2.Dealloc(); err != nil {
 			t.Fatal(err)
