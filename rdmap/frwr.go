@@ -13,11 +13,18 @@ import "os"
 // through its STag refused with the Terminate for an invalid STag.
 //
 // A WRRegMR work request maps it; see MemOp for what it may map. The
-// region then cycles: valid after its WRRegMR has been executed, invalid
-// again after a Local Invalidate (WRLocalInv), a received Send with
-// Invalidate naming its STag, or MR.Invalidate; each registration must
-// use a key different from the previous one, so that STags handed out
-// before stay invalid. Deregister frees it at any point (as for
+// region then cycles. It becomes valid, under its new STag, when the send
+// engine takes the WRRegMR: after every earlier work request of that SQ
+// was taken and before any later one is, so a peer that learnt the STag
+// from a later Send finds it mapped; the WRRegMR's completion may come
+// later than that. It becomes invalid again when a Local Invalidate
+// (WRLocalInv) of its STag is taken, when a Send with Invalidate naming
+// it is received (before that receive completes), or when MR.Invalidate
+// is called; from then on no peer byte lands in the memory (see MR) and
+// the caller may reuse it, while the region keeps its reference to an
+// AllocMemory region (see MemOp). Each registration must use a key
+// different from the previous one, so that STags handed out before stay
+// invalid. Deregister frees the region at any point (as for
 // RegisterMemory regions).
 func (pd *PD) AllocMR(maxPages int) (*MR, error) {
 	if maxPages <= 0 {

@@ -15,7 +15,10 @@ const (
 	// each time with a fresh key, and are associated with the QP that
 	// bound them: only that QP's peer may use the STag. A Local
 	// Invalidate (on any QP of the PD) or a Send with Invalidate received
-	// on that QP unbinds them.
+	// on that QP unbinds them; a Send with Invalidate on another QP is
+	// refused with a Terminate. The association outlives the QP: a window
+	// bound on a QP since closed can still be unbound by a Local
+	// Invalidate on another QP of the PD, or by MW.Dealloc.
 	MWType2 MWType = 2
 )
 
