@@ -115,6 +115,9 @@ type engine struct {
 	// read and write); mwStale its STag of an earlier bind.
 	mw      *rdmap.MW
 	mwStale rdmap.STag
+	// fr is a fast-register region the QP's first work request maps over
+	// the second half of mrAll's bytes (valid once the send engine ran).
+	fr *rdmap.MR
 	// allowed marks the bytes of backing the peer may change; every other
 	// byte must stay as in want (canaries, and the QP's source data).
 	allowed []bool
@@ -253,6 +256,11 @@ func newEngine(t *testing.T, cfg byte) *engine {
 		mustPost(t, e.qp.PostSend(wr))
 		e.posted[wr.ID] = what
 	}
+	if e.fr, err = e.pd.AllocMR(3); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.fr.Deregister() })
+	post(rdmap.SendWR{ID: 199, Op: rdmap.WRRegMR, Mem: rdmap.MemOp{MR: e.fr, Mem: b(0)[winAllLen/2:], Access: accAll, Key: 0x5a}}, "reg_mr")
 	post(rdmap.SendWR{ID: 200, Op: rdmap.WRSend, SGL: []rdmap.SGE{e.mrSrc.SGE(0, 40)}}, "send")
 	post(rdmap.SendWR{ID: 201, Op: rdmap.WRWrite, SGL: []rdmap.SGE{e.mrSrc.SGE(0, 64)}, Remote: rdmap.Remote{STag: 0x4242, Offset: 8}}, "write")
 	for i, r := range engReads {
@@ -469,6 +477,8 @@ func (g *gen) stag(sel byte) rdmap.STag {
 		return e.mw.STag() // the window (the model counts it as not clean)
 	case sel&0x20 != 0:
 		return e.mwStale
+	case sel&0x10 != 0:
+		return e.fr.STag()&^0xff | 0x5a // valid once the QP's REG_MR ran
 	}
 	return rdmap.STag(g.d.u32())
 }
@@ -873,6 +883,7 @@ func engineSeeds() [][]byte {
 			writeOp(0x47, winAllLen/2-8, 16, 1, 0))
 		b(cfg, writeOp(0x47, 0, 100, 1, 0), writeOp(0x27, 0, 100, 1, 0))
 		b(cfg, readReq(0x27, 0, 16))
+		b(cfg, write(0, 8, 1), cut, writeOp(0x17, 0, 100, 1, 0), readReq(0x17, 0, 64), readResp(100), readResp(3000), cut, writeOp(0x17, winAllLen/2-8, 16, 1, 0))
 	}
 	// Hostile ones.
 	b(0, write(0, 100, 1), []byte{opGarbage, 3, 0xff, 0xff, 0x12})
