@@ -6,6 +6,7 @@
 // package ddp) and MPA (RFC 5044, package mpa) on a TCP connection.
 //
 //	Device ── PD ── MR (STag = 24-bit index << 8 | 8-bit key, as siw)
+//	   │       ├── MW (memory window over part of an MR; own STag)
 //	   │       └── QP ── SendCQ, RecvCQ (CQ), SRQ
 //	   └── Memory (AllocMemory: mmap outside the Go heap, guard pages)
 //
@@ -17,12 +18,29 @@
 // created IDLE, takes receives (and queues sends) at once, and moves to
 // RTS when the connection manager calls Start with the negotiated TCP
 // connection (the cm.QP interface). Completions of send work requests
-// come in SQ order; Sends, Writes and Local Invalidates complete when
-// written to the socket, Reads and atomics when their response has been
-// placed. Every work request completes exactly once: with success, an
+// come in SQ order; Sends, Writes, Local Invalidates, fast registrations
+// and window binds complete when written to the socket (the last three
+// write nothing: when every earlier work request's bytes are), Reads and
+// atomics when their response has been placed. Every work request completes exactly once: with success, an
 // error status, or WCWRFlushErr when the QP leaves RTS before it could;
 // a CQ that overruns fails with its QPs but keeps every completion (see
 // CQ).
+//
+// # Memory registration
+//
+// PD.RegisterMemory registers memory at once. For FRWR-based ULPs,
+// PD.AllocMR reserves an invalid fast-register region and a WRRegMR work
+// request maps it (memory, rights, a new key) in SQ order, so a Send
+// posted after it may advertise the STag without waiting; a Local
+// Invalidate or a received Send with Invalidate unmaps it, and the next
+// WRRegMR must use another key. Memory windows (PD.AllocMW) grant a peer
+// part of a region with AccessMWBind: type 1 bound by MW.Bind, type 2 by
+// a WRBindMW work request and tied to its QP. A remote access through a
+// window is checked against the window, then its region. Every mapping
+// is an immutable binding replaced atomically under a new STag word; a
+// check returns the bytes of the binding it checked, and placement
+// rechecks the STag word (below), so a re-registration never lets a byte
+// land through an old STag.
 //
 // # Engines and concurrency
 //
@@ -44,14 +62,18 @@
 // channels; the engines share only the SQ, ORQ and IRQ rings under
 // QP.sqMu. In steady state a work request allocates nothing.
 //
-// Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
+// Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu;
+// QP.sqMu -> a window's MR.mu -> its region's MR.mu -> Memory.mu,
+// Device.mu (binds and fast registrations run under sqMu).
 //
 // # Memory fences
 //
 // Once MR.Deregister or MR.Invalidate has returned, a Local Invalidate
 // has completed, a Send with Invalidate has been received, or QP.Close or
 // Device.Close has returned, no peer byte lands in that memory again, on
-// any receive path: a segment being placed at that moment is cut (the
+// any receive path (and the same holds for a memory window once
+// MW.Unbind, MW.Dealloc or a rebind has returned, a Local Invalidate or
+// Send with Invalidate of it has completed, or its region is invalid): a segment being placed at that moment is cut (the
 // wait is bounded by one read syscall), the rest of its FPDU discarded,
 // and its QP ends with the Terminate for an invalid STag. Memory.Close
 // refuses (ErrBusy) while a region is registered over the memory. A

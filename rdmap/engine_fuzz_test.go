@@ -111,6 +111,13 @@ type engine struct {
 	mrAll, mrRO, mrPD, mrInv, mrDe *rdmap.MR
 	mrLocal, mrSrc                 *rdmap.MR
 	deregSTag                      rdmap.STag
+	// mw is a type 1 window over the first half of mrAll's bytes (remote
+	// read and write); mwStale its STag of an earlier bind.
+	mw      *rdmap.MW
+	mwStale rdmap.STag
+	// fr is a fast-register region the QP's first work request maps over
+	// the second half of mrAll's bytes (valid once the send engine ran).
+	fr *rdmap.MR
 	// allowed marks the bytes of backing the peer may change; every other
 	// byte must stay as in want (canaries, and the QP's source data).
 	allowed []bool
@@ -200,7 +207,17 @@ func newEngine(t *testing.T, cfg byte) *engine {
 		t.Cleanup(func() { mr.Deregister() })
 		return mr
 	}
-	e.mrAll = reg(e.pd, b(0), accAll)
+	e.mrAll = reg(e.pd, b(0), accAll|rdmap.AccessMWBind)
+	if e.mw, err = e.pd.AllocMW(rdmap.MWType1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.mw.Dealloc() }) // before mrAll's Deregister
+	for range 2 {
+		e.mwStale = e.mw.STag()
+		if _, err := e.mw.Bind(e.mrAll, 0, winAllLen/2, rdmap.AccessRemoteWrite|rdmap.AccessRemoteRead, true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.mrRO = reg(e.pd, b(1), rdmap.AccessRemoteRead)
 	e.mrPD = reg(e.dev.AllocPD(), b(2), accAll)
 	e.mrInv = reg(e.pd, b(3), accAll)
@@ -239,6 +256,11 @@ func newEngine(t *testing.T, cfg byte) *engine {
 		mustPost(t, e.qp.PostSend(wr))
 		e.posted[wr.ID] = what
 	}
+	if e.fr, err = e.pd.AllocMR(3); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.fr.Deregister() })
+	post(rdmap.SendWR{ID: 199, Op: rdmap.WRRegMR, Mem: rdmap.MemOp{MR: e.fr, Mem: b(0)[winAllLen/2:], Access: accAll, Key: 0x5a}}, "reg_mr")
 	post(rdmap.SendWR{ID: 200, Op: rdmap.WRSend, SGL: []rdmap.SGE{e.mrSrc.SGE(0, 40)}}, "send")
 	post(rdmap.SendWR{ID: 201, Op: rdmap.WRWrite, SGL: []rdmap.SGE{e.mrSrc.SGE(0, 64)}, Remote: rdmap.Remote{STag: 0x4242, Offset: 8}}, "write")
 	for i, r := range engReads {
@@ -449,6 +471,14 @@ func (g *gen) stag(sel byte) rdmap.STag {
 		return e.mrLocal.STag()
 	case 6:
 		return e.mrAll.STag() ^ 1 // right index, wrong key
+	}
+	switch {
+	case sel&0x40 != 0:
+		return e.mw.STag() // the window (the model counts it as not clean)
+	case sel&0x20 != 0:
+		return e.mwStale
+	case sel&0x10 != 0:
+		return e.fr.STag()&^0xff | 0x5a // valid once the QP's REG_MR ran
 	}
 	return rdmap.STag(g.d.u32())
 }
@@ -846,6 +876,14 @@ func engineSeeds() [][]byte {
 	for _, cfg := range []byte{cfgRFC7306, cfgRFC7306 | cfgCRC, cfgRFC7306 | cfgSRQ} {
 		b(cfg, write(0, 8, 1), imm, atomicReq(0), atomicReq(2), readResp(100), readResp(6000), readResp(16), atomicResp,
 			send(2, 10, 0, 0), write(0, 8, 1)) // Send with Invalidate of mrAll, then a Write into it
+	}
+	// Through the memory window, and its stale key (issue 12).
+	for _, cfg := range []byte{0, cfgCRC, cfgBuffered} {
+		b(cfg, writeOp(0x47, 0, 100, 1, 0), writeOp(0x47, 100, 3000, 2, 0), readReq(0x47, 0, 200), readResp(100), cut,
+			writeOp(0x47, winAllLen/2-8, 16, 1, 0))
+		b(cfg, writeOp(0x47, 0, 100, 1, 0), writeOp(0x27, 0, 100, 1, 0))
+		b(cfg, readReq(0x27, 0, 16))
+		b(cfg, write(0, 8, 1), cut, writeOp(0x17, 0, 100, 1, 0), readReq(0x17, 0, 64), readResp(100), readResp(3000), cut, writeOp(0x17, winAllLen/2-8, 16, 1, 0))
 	}
 	// Hostile ones.
 	b(0, write(0, 100, 1), []byte{opGarbage, 3, 0xff, 0xff, 0x12})

@@ -58,7 +58,7 @@ func (d *Device) registered(addr uintptr) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, mr := range d.mrs {
-		if lo, hi := sliceRange(mr.buf); lo <= addr && addr < hi {
+		if lo, hi := sliceRange(mr.Bytes()); lo <= addr && addr < hi {
 			return true
 		}
 	}

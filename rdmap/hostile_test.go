@@ -30,6 +30,11 @@ type victim struct {
 	recv    *rdmap.MR
 	srcMR   *rdmap.MR
 	rwMR    *rdmap.MR // remote read/write, no remote atomic
+	// w1 is a type 1 window (remote write only, zero-based) over bytes
+	// 1024-2047 of window; w1Stale its STag of an earlier bind.
+	w1      *rdmap.MW
+	w1Stale rdmap.STag
+	fr      *rdmap.MR // a fast-register region never registered
 }
 
 const (
@@ -65,6 +70,21 @@ func newVictim(t *testing.T, dev *rdmap.Device, cfg rdmap.QPConfig) *victim {
 	v.recv = reg(v.pd, make([]byte, 128), rdmap.AccessLocalWrite)
 	v.srcMR = reg(v.pd, make([]byte, 64), rdmap.AccessLocalWrite)
 	v.rwMR = reg(v.pd, v.window, rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite|rdmap.AccessRemoteRead)
+	wmr := reg(v.pd, v.window, accAll|rdmap.AccessMWBind)
+	if v.w1, err = v.pd.AllocMW(rdmap.MWType1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.w1.Dealloc() }) // before wmr's Deregister
+	for range 2 {
+		v.w1Stale = v.w1.STag()
+		if _, err := v.w1.Bind(wmr, 1024, 1024, rdmap.AccessRemoteWrite, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.fr, err = v.pd.AllocMR(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.fr.Deregister() })
 	return v
 }
 
@@ -307,6 +327,42 @@ var hostileCases = []hostileCase{
 		}
 		return sendULPDU(p, tagged(v.mr.STag(), 16, bytes.Repeat([]byte{1}, 16), true))
 	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	// Fast-register regions and memory windows (issue 12).
+	{name: "write-fast-register-unregistered", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.fr.STag(), 0, make([]byte, 16), true))
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "write-window-stale-key", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, tagged(v.w1Stale, 0, make([]byte, 16), true))
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "write-window-out-of-bounds", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		// Inside the region, past the window.
+		return sendULPDU(p, tagged(v.w1.STag(), 1024-8, bytes.Repeat([]byte{1}, 16), true))
+	}, layer: wire.LayerDDP, etype: 1, code: 0x01, hdr: true},
+	{name: "write-window-unbound", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		s := v.w1.STag()
+		if err := v.w1.Unbind(); err != nil {
+			t.Fatal(err)
+		}
+		return sendULPDU(p, tagged(s, 0, bytes.Repeat([]byte{1}, 16), true))
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "read-request-window-no-read-right", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.w1.STag()}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeAccessRights, hdr: true, rdma: true},
+	{name: "read-request-window-stale-key", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(wire.OpReadRequest, 1, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendReadRequest(h, &wire.ReadRequestFields{SinkSTag: 0x1234, Size: 16, SrcSTag: v.w1Stale}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeInvalidSTag, hdr: true, rdma: true},
+	{name: "atomic-window-no-atomic-right", cfg: rdmap.QPConfig{RFC7306: true}, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		h := rdmaptest.UntaggedHeader(wire.OpAtomicRequest, 3, 1, 0, true, 0)
+		return sendULPDU(p, wire.AppendAtomicRequest(h, &wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: 1, STag: v.w1.STag(), TO: 0, AddSwap: 1}))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeAccessRights, hdr: true},
+	{name: "send-invalidate-type1-window", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 0, true, v.w1.STag()), 9))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteProtection, code: wire.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
+	{name: "send-invalidate-stale-window-key", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 0, true, v.w1Stale), 9))
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
 	// Garbage after the handshake, declaring a ULPDU that never comes:
 	// answered from the header (as siw does) on the header-first path;
 	// the paths that read whole FPDUs first (the Deframer's) end with the

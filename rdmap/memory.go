@@ -52,8 +52,10 @@ func (mem *Memory) Bytes() []byte { return mem.m.Data }
 func (mem *Memory) Len() int { return len(mem.m.Data) }
 
 // Close releases the memory. It is refused with ErrBusy while a memory
-// region is still registered over it (deregister those first: once their
-// Deregister has returned no peer byte lands in the memory); the memory
+// region is still registered over it, a fast-register region counting
+// from its first WRRegMR over the memory until its Deregister even when
+// it has been re-registered elsewhere since (deregister those first: once
+// their Deregister has returned no peer byte lands in the memory); the memory
 // then stays mapped and usable, and Close may be called again. Once Close
 // succeeded Bytes must not be used; the mapping itself goes as soon as no
 // work request in flight still reads it, so no engine ever touches

@@ -220,6 +220,7 @@ type sqEntry struct {
 	length    uint32 // total payload (or Read size)
 	remote    Remote
 	invSTag   STag
+	mem       MemOp // WRRegMR, WRBindMW
 	imm       uint64
 	cmpAdd    uint64
 	swap      uint64
@@ -660,6 +661,7 @@ func (qp *QP) sweepLocked() bool {
 		for i := range e.nsge {
 			e.sgl[i].MR = nil
 		}
+		e.mem = MemOp{}
 		qp.sqHead++
 	}
 	return ok
@@ -671,7 +673,10 @@ func (qp *QP) sweepLocked() bool {
 // has overrun (see CQ); on a QP in ERROR it succeeds otherwise and the
 // request completes at once with WCWRFlushErr. Local memory is checked
 // when the request is executed: a bad SGE completes it with
-// WCLocProtErr and puts the QP in error, as verbs do.
+// WCLocProtErr and puts the QP in error, as verbs do. A WRRegMR or
+// WRBindMW is checked at once as far as the SQ ahead of it cannot change
+// the outcome (ErrInvalidWR, ErrWrongPD, ErrAccess, ErrInvalidSGE; see
+// MemOp, MW) and otherwise when executed.
 func (qp *QP) PostSend(wr SendWR) error {
 	if err := qp.validateSend(&wr); err != nil {
 		return err
@@ -696,6 +701,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
 	e.remote, e.invSTag, e.imm = wr.Remote, wr.InvalidateSTag, wr.Imm
+	e.mem = wr.Mem
 	e.cmpAdd, e.swap = wr.CompareAdd, wr.Swap
 	e.addMask, e.cmpMask, e.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
 	if e.op == WRCmpSwap {
@@ -739,7 +745,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 }
 
 func (qp *QP) validateSend(wr *SendWR) error {
-	if wr.Op > WRCmpSwap {
+	if wr.Op > WRBindMW {
 		return ErrInvalidWR
 	}
 	if wr.Op.rfc7306() && !qp.cfg.RFC7306 {
@@ -778,10 +784,16 @@ func (qp *QP) validateSend(wr *SendWR) error {
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
 			return ErrInvalidSGE
 		}
-	case WRLocalInv, WRImmData:
+	case WRLocalInv, WRImmData, WRRegMR, WRBindMW:
 		if len(wr.SGL) != 0 {
 			return ErrInvalidWR
 		}
+	}
+	switch wr.Op {
+	case WRRegMR:
+		return qp.validateRegMR(&wr.Mem)
+	case WRBindMW:
+		return qp.validateBindMW(&wr.Mem)
 	}
 	return nil
 }

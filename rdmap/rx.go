@@ -966,10 +966,11 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 			rx.tagMR = mr
 		}
 		st := mr.st.Load()
-		if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(plen)); e != accessOK {
+		b, e := mr.check(qp, stag, AccessRemoteWrite, to, uint64(plen))
+		if e != accessOK {
 			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
 		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(plen)], mr, st
+		rx.plan[0], rx.planMR[0], rx.planST[0] = b, mr, st
 		rx.nplan = 1
 	}
 	rx.tagActive, rx.tagOp, rx.tagSTag, rx.tagTO = true, wire.OpWrite, stag, to+uint64(plen)
@@ -1006,11 +1007,12 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	if plen > 0 {
 		start := o.off + uint64(o.got)
 		st := o.mr.st.Load()
-		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen)); e != accessOK {
+		b, e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen))
+		if e != accessOK {
 			qp.setWRStatus(o, WCLocProtErr)
 			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
 		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[start:start+uint64(plen)], o.mr, st
+		rx.plan[0], rx.planMR[0], rx.planST[0] = b, o.mr, st
 		rx.nplan = 1
 	}
 	rx.orqE = o
@@ -1091,11 +1093,12 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 		k := min(avail, n)
 		start := s.Offset + rx.recvSgeOff
 		st := s.MR.st.Load()
-		if s.MR.checkLocal(pd, AccessLocalWrite, start, k) != accessOK || !rx.addRef(s.MR) {
+		b, e := s.MR.checkLocal(pd, AccessLocalWrite, start, k)
+		if e != accessOK || !rx.addRef(s.MR) {
 			rx.recvStatus = WCLocProtErr
 			return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 		}
-		rx.plan[rx.nplan], rx.planMR[rx.nplan], rx.planST[rx.nplan] = s.MR.buf[start:start+k], s.MR, st
+		rx.plan[rx.nplan], rx.planMR[rx.nplan], rx.planST[rx.nplan] = b, s.MR, st
 		rx.nplan++
 		rx.recvSgeOff += k
 		n -= k
@@ -1177,16 +1180,14 @@ func (rx *rxEngine) completeRecv() *termInfo {
 	var ti *termInfo
 	if rx.recvOp == wire.OpSendInv || rx.recvOp == wire.OpSendSEInv {
 		s := rx.recvInv
-		mr := qp.dev.lookupMR(s)
-		switch {
-		case mr == nil || STag(uint32(mr.st.Load())) != s:
-			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
-		case mr.pd != qp.pd:
-			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeCannotInvalidate, true)
-		default:
-			mr.invalidate()
+		switch qp.dev.invalidateSTag(qp, s, true) {
+		case accessOK:
 			wc.Flags |= WCWithInv
 			wc.InvalidatedSTag = s
+		case accessInvalidSTag:
+			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
+		default:
+			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeCannotInvalidate, true)
 		}
 		if ti != nil {
 			wc.Status = WCRemInvReqErr
@@ -1213,21 +1214,31 @@ func (rx *rxEngine) readRequest() *termInfo {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCatastrophicStream, true)
 	}
 	size := rr.Size()
-	var mr *MR
+	var pin *MR
+	var src []byte
 	if size > 0 {
-		mr = qp.dev.lookupMR(rr.SrcSTag())
+		mr := qp.dev.lookupMR(rr.SrcSTag())
 		if mr == nil {
 			return rx.termReadReq(wire.CodeInvalidSTag)
 		}
-		if e := mr.check(qp.pd, rr.SrcSTag(), AccessRemoteRead, rr.SrcTO(), uint64(size)); e != accessOK {
+		st := mr.st.Load()
+		b := mr.bind.Load()
+		var e accessErr
+		if src, e = mr.check(qp, rr.SrcSTag(), AccessRemoteRead, rr.SrcTO(), uint64(size)); e != accessOK {
 			return rx.termReadReq(e.rdmapCode())
 		}
-		if !mr.acquire() {
+		// pin keeps src mapped; an unchanged STag word means b is the
+		// mapping check saw (a re-registration changes the key).
+		if pin = mr.pin(b); !pin.acquire() {
+			return rx.termReadReq(wire.CodeInvalidSTag)
+		}
+		if mr.st.Load() != st {
+			pin.release()
 			return rx.termReadReq(wire.CodeInvalidSTag)
 		}
 	}
 	qp.sqMu.Lock()
-	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{mr: mr, off: rr.SrcTO(), length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()}
+	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{mr: pin, src: src, length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()}
 	qp.irqTail++
 	qp.sqMu.Unlock()
 	rx.msn[wire.QNReadRequest]++
@@ -1292,7 +1303,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeInvalidSTag, true)
 	}
 	st := mr.st.Load()
-	e := mr.check(qp.pd, a.STag, AccessRemoteAtomic, a.TO, 8)
+	p, e := mr.check(qp, a.STag, AccessRemoteAtomic, a.TO, 8)
 	if e == accessOK && a.TO%8 != 0 {
 		e = accessBounds
 	}
@@ -1306,7 +1317,6 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 		mr.release()
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeInvalidSTag, true)
 	}
-	p := mr.buf[a.TO : a.TO+8]
 	qp.dev.atomicMu.Lock()
 	orig := binary.LittleEndian.Uint64(p)
 	v := orig
@@ -1363,11 +1373,12 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	}
 	rx.msn[wire.QNAtomic]++
 	st := o.mr.st.Load()
-	if o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8) != accessOK || !rx.enterPlace(o.mr, st) {
+	p, e := o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8)
+	if e != accessOK || !rx.enterPlace(o.mr, st) {
 		qp.setWRStatus(o, WCLocProtErr)
 		return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 	}
-	binary.LittleEndian.PutUint64(o.mr.buf[o.off:o.off+8], a.OriginalValue)
+	binary.LittleEndian.PutUint64(p, a.OriginalValue)
 	rx.leavePlace(o.mr)
 	qp.completeORQ()
 	return nil

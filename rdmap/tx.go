@@ -54,8 +54,8 @@ type orqEntry struct {
 // receive engine appends, the send engine answers in order.
 type irqEntry struct {
 	atomic   bool
-	mr       *MR // Read source, referenced until the response is sent
-	off      uint64
+	mr       *MR    // pins src (the Read source's region), referenced until the response is sent
+	src      []byte // the bytes to send, from the mapping the Read Request was checked against
 	length   uint32
 	sinkSTag STag
 	sinkTO   uint64
@@ -426,7 +426,7 @@ func (qp *QP) txPick() bool {
 					status = WCLocProtErr
 				}
 			}
-		} else if !e.inline && e.op != WRLocalInv {
+		} else if !e.inline && e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW {
 			// Hold the source memory until the request is written.
 			for i := range e.nsge {
 				if !e.sgl[i].MR.acquire() {
@@ -472,15 +472,17 @@ func (e *localWRError) Error() string {
 func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 	switch e.op {
 	case WRLocalInv:
-		mr := qp.dev.lookupMR(e.invSTag)
-		if mr == nil || mr.index != uint32(e.invSTag)>>8 || STag(uint32(mr.st.Load())) != e.invSTag {
-			return WCLocQPOpErr
-		}
-		if mr.pd != qp.pd {
+		switch qp.dev.invalidateSTag(qp, e.invSTag, false) {
+		case accessOK:
+			return WCSuccess
+		case accessPD:
 			return WCLocProtErr
 		}
-		mr.invalidate()
-		return WCSuccess
+		return WCLocQPOpErr
+	case WRRegMR:
+		return qp.execRegMR(&e.mem)
+	case WRBindMW:
+		return qp.execBindMW(&e.mem)
 	case WRImmData:
 		return WCSuccess
 	}
@@ -493,7 +495,7 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 	}
 	for i := range e.nsge {
 		s := &e.sgl[i]
-		if s.MR.checkLocal(qp.pd, perm, s.Offset, uint64(s.Length)) != accessOK {
+		if _, ae := s.MR.checkLocal(qp.pd, perm, s.Offset, uint64(s.Length)); ae != accessOK {
 			return WCLocProtErr
 		}
 	}
@@ -512,7 +514,7 @@ func (qp *QP) txEmit() bool {
 	}
 	e := t.e
 	switch e.op {
-	case WRLocalInv:
+	case WRLocalInv, WRRegMR, WRBindMW:
 	case WRSend, WRSendInv:
 		op := wire.OpSend
 		switch {
@@ -663,7 +665,7 @@ func (t *txEngine) gather(e *sqEntry, n int) {
 		}
 		k := min(avail, n)
 		start := s.Offset + uint64(t.sgeOff)
-		t.fr.payload(s.MR.buf[start : start+uint64(k)])
+		t.fr.payload(s.MR.localBytes(start, uint64(k)))
 		t.sgeOff += uint32(k)
 		n -= k
 	}
@@ -696,8 +698,7 @@ func (qp *QP) txEmitResponse() bool {
 			})
 			t.fr.begin(h, ddp.TaggedHeaderLen+n)
 			if n > 0 {
-				src := r.off + uint64(t.off)
-				t.fr.payload(r.mr.buf[src : src+uint64(n)])
+				t.fr.payload(r.src[t.off : t.off+uint32(n)])
 			}
 			t.fr.end()
 			t.off += uint32(n)

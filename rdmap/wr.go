@@ -33,9 +33,28 @@ const (
 	// value equals CompareAdd (under CompareMask) it becomes Swap (under
 	// SwapMask); the original value lands in SGL[0] (8 bytes).
 	WRCmpSwap
+	// WRRegMR maps the fast-register region Mem.MR (PD.AllocMR) over
+	// Mem.Mem with rights Mem.Access and key Mem.Key, in SQ order: when
+	// the send engine takes the next work request, the region is valid
+	// with its new STag, so a Send advertising the STag posted right
+	// after it needs no wait for its completion (nor a Fence), and a
+	// peer's access that follows that Send finds the region mapped. It
+	// completes with WCRegMR (signaled or on error): a local QP
+	// operation error while the region is valid or with its previous
+	// key, a local protection error if the region was deregistered
+	// meanwhile. What can be checked at PostSend is (see MemOp).
+	WRRegMR
+	// WRBindMW binds type 2 window Mem.MW over Mem.Length bytes at
+	// Mem.Offset of Mem.MR, with rights Mem.Access and key Mem.Key, in SQ
+	// order (as WRRegMR), and associates it with this QP. It completes
+	// with WCBindMW: a local QP operation error while the window is bound
+	// or with its current key, a local protection error when the region
+	// is invalid, deregistered, without AccessMWBind or the rights, or too
+	// short for the range, or the window deallocated.
+	WRBindMW
 )
 
-var wrOpNames = [...]string{"send", "send_inv", "write", "write_imm", "read", "local_inv", "imm_data", "fetch_add", "cmp_swap"}
+var wrOpNames = [...]string{"send", "send_inv", "write", "write_imm", "read", "local_inv", "imm_data", "fetch_add", "cmp_swap", "reg_mr", "bind_mw"}
 
 func (o WROpcode) String() string {
 	if int(o) < len(wrOpNames) {
@@ -71,8 +90,10 @@ type SendWR struct {
 	// completed.
 	Fence bool
 	// InvalidateSTag is the remote STag of WRSendInv, the local one of
-	// WRLocalInv.
+	// WRLocalInv (a region's or a type 2 window's).
 	InvalidateSTag STag
+	// Mem is the operand of WRRegMR and WRBindMW.
+	Mem MemOp
 	// Imm is the 8-byte immediate data of WRImmData and WRWriteImm.
 	Imm uint64
 	// Atomic operands. A zero CompareMask or SwapMask means all ones
@@ -152,9 +173,11 @@ const (
 	WCCmpSwap
 	WCRecv    // a received Send
 	WCRecvImm // a received Immediate Data message
+	WCRegMR   // a WRRegMR
+	WCBindMW  // a WRBindMW
 )
 
-var wcOpNames = [...]string{"send", "write", "read", "local_inv", "imm_data", "fetch_add", "cmp_swap", "recv", "recv_imm"}
+var wcOpNames = [...]string{"send", "write", "read", "local_inv", "imm_data", "fetch_add", "cmp_swap", "recv", "recv_imm", "reg_mr", "bind_mw"}
 
 func (o WCOpcode) String() string {
 	if int(o) < len(wcOpNames) {
@@ -225,6 +248,10 @@ func wcOpOf(op WROpcode) WCOpcode {
 		return WCImmData
 	case WRFetchAdd:
 		return WCFetchAdd
+	case WRRegMR:
+		return WCRegMR
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCCmpSwap
 }
