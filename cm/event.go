@@ -179,11 +179,20 @@ type Event struct {
 
 // Handler receives an ID's events. It runs on that ID's event goroutine
 // (ConnectRequest: on the listener's), for one event at a time, in order.
-// It may call Accept, Reject, Disconnect and Destroy on its id; returning
-// an error destroys id (a ConnectRequest child in StateConnRecv is then
-// rejected). It should not block for long: the ID's later events, and for
+// It may call Accept, Reject and Disconnect on its id, and DestroyFrom
+// with ev (not Destroy, which waits for the handler to return). Returning
+// a non-nil error destroys id once the handler has returned, before any
+// other event of id is delivered, as a non-zero return of an iw_cm
+// handler does: return ErrDestroy for that, any other error to have it
+// logged as a failure. A ConnectRequest child in StateConnRecv is then
+// rejected. It should not block for long: the ID's later events, and for
 // a listener the next requests, wait for it.
 type Handler func(id *ID, ev *Event) error
+
+// ErrDestroy, returned by a Handler (or wrapped in the error it returns),
+// destroys the handler's ID once the handler has returned, without the
+// log line of a failed handler.
+var ErrDestroy = errors.New("cm: destroy the ID")
 
 // RejectError is a connection refused by the peer with an MPA Reply with R
 // set (ConnectReply StatusRejected, and Dial's error).

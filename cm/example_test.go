@@ -109,8 +109,7 @@ func rejectWithReason() error {
 		if err := id.Reject([]byte("no such service")); err != nil {
 			return err // destroys the child ID, which rejects the request
 		}
-		id.Destroy()
-		return nil
+		return cm.ErrDestroy // done with the child: destroy it, as iw_cm does
 	})
 	defer listener.Destroy()
 	if err := listener.Listen("127.0.0.1:0", 0); err != nil {
