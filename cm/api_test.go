@@ -218,13 +218,19 @@ func TestAPIEveryState(t *testing.T) {
 		{"Disconnect", func(t *testing.T, _ *rdmap.Device, id *cm.ID) error { return id.Disconnect(false) }},
 		{"DisconnectAbrupt", func(t *testing.T, _ *rdmap.Device, id *cm.ID) error { return id.Disconnect(true) }},
 		{"InitQPAttr", func(t *testing.T, _ *rdmap.Device, id *cm.ID) error {
-			a, err := id.InitQPAttr(cm.QPStateRTR)
-			if err == nil && (a.Mask != cm.QPAttrState|cm.QPAttrAccessFlags || !a.RemoteRead || !a.RemoteWrite || a.State != cm.QPStateRTR) {
+			a, err := id.InitQPAttr(rdmap.StateRTR)
+			if err == nil && (a.Mask != cm.QPAttrState|cm.QPAttrAccessFlags || !a.RemoteRead || !a.RemoteWrite || a.State != rdmap.StateRTR) {
 				t.Errorf("RTR attributes %+v", a)
 			}
 			if err == nil {
-				if a, _ := id.InitQPAttr(cm.QPStateRTS); a.Mask != 0 {
+				if a, err := id.InitQPAttr(rdmap.StateIdle); err != nil || a.Mask != cm.QPAttrState|cm.QPAttrAccessFlags || a.State != rdmap.StateIdle {
+					t.Errorf("INIT (IDLE) attributes %+v %v", a, err)
+				}
+				if a, _ := id.InitQPAttr(rdmap.StateRTS); a.Mask != 0 {
 					t.Errorf("RTS attributes %+v", a)
+				}
+				if _, err := id.InitQPAttr(rdmap.StateError); err == nil {
+					t.Error("ERROR attributes without an error")
 				}
 			}
 			return err

@@ -112,9 +112,12 @@ type Config struct {
 	// OnRefused, when set, is told about every inbound connection the
 	// listener answered itself, without a ConnectRequest: a handshake that
 	// failed (reason "timeout", "bad_key", "revision", "pd_length",
-	// "truncated", "enhanced_short", "extra_data", "markers", "crc",
-	// "closed", or "protocol"), a request over the backlog ("backlog"), or
-	// a connection closed at accept ("admission", "source_limit", "busy";
+	// "truncated" (a FIN inside the Request), "enhanced_short",
+	// "extra_data", "markers", "crc", "closed" (a FIN before its first
+	// byte, a reset, or the listener destroyed meanwhile), or
+	// "protocol"; the same classification gives an initiator its
+	// ConnectReply Status), a request over the backlog ("backlog"), or a
+	// connection closed at accept ("admission", "source_limit", "busy";
 	// see Admit).
 	// It runs on the listener's handshake goroutine and must not block.
 	OnRefused func(remote net.Addr, reason string)

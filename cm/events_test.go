@@ -153,8 +153,8 @@ func TestEventsRejectInsideHandler(t *testing.T) {
 		t.Errorf("state after reject %v", st)
 	}
 	rep := p.cli.wait(p.client, cm.EventConnectReply).ev
-	var rej *cm.RejectError
-	if rep.Status != cm.StatusRejected || !errors.As(rep.Err, &rej) || !bytes.Equal(rej.PrivateData, []byte("go away")) ||
+	var rej *mpa.RejectedError
+	if rep.Status != cm.StatusRejected || !errors.As(rep.Err, &rej) || !bytes.Equal(rej.Reply.PrivateData, []byte("go away")) ||
 		!bytes.Equal(rep.PrivateData, []byte("go away")) || rep.Peer == nil || !rep.Peer.Reject {
 		t.Errorf("reply %+v", rep)
 	}

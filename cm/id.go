@@ -532,29 +532,6 @@ func (id *ID) establishLocked(qp QP, p *mpa.Params) {
 	go id.watch(qp, id.watchDone)
 }
 
-// QPState names the QP states InitQPAttr describes.
-type QPState uint8
-
-// QP states for InitQPAttr (IB_QPS_INIT, IB_QPS_RTR, IB_QPS_RTS).
-const (
-	QPStateInit QPState = iota
-	QPStateRTR
-	QPStateRTS
-)
-
-// String names the QP state ("RTR").
-func (s QPState) String() string {
-	switch s {
-	case QPStateInit:
-		return "INIT"
-	case QPStateRTR:
-		return "RTR"
-	case QPStateRTS:
-		return "RTS"
-	}
-	return fmt.Sprintf("unknown(%d)", uint8(s))
-}
-
 // QPAttrMask says which QPAttr fields are set.
 type QPAttrMask uint8
 
@@ -569,17 +546,19 @@ type QPAttr struct {
 	// Mask says which of the fields below apply.
 	Mask QPAttrMask
 	// State is the QP state to move to (QPAttrState).
-	State QPState
+	State rdmap.QPState
 	// RemoteWrite and RemoteRead are the access flags.
 	RemoteWrite, RemoteRead bool
 }
 
 // InitQPAttr returns the attributes to apply to a QP moving to state s
-// (iw_cm_init_qp_attr): for INIT and RTR the state and remote write and
-// read access; for RTS nothing (the connection manager moves the QP to RTS
-// itself). It is allowed in StateIdle, StateConnSent, StateConnRecv and
-// StateEstablished.
-func (id *ID) InitQPAttr(s QPState) (QPAttr, error) {
+// (iw_cm_init_qp_attr): for verbs' INIT (rdmap.StateIdle, the state Linux
+// siw maps IB_QPS_INIT to) and RTR (rdmap.StateRTR) the state and remote
+// write and read access; for RTS (rdmap.StateRTS) nothing, since the
+// connection manager moves the QP to RTS itself (QP.Start); any other
+// state is an error. It is allowed in StateIdle, StateConnSent,
+// StateConnRecv and StateEstablished.
+func (id *ID) InitQPAttr(s rdmap.QPState) (QPAttr, error) {
 	id.mu.Lock()
 	st := id.state
 	id.mu.Unlock()
@@ -589,9 +568,9 @@ func (id *ID) InitQPAttr(s QPState) (QPAttr, error) {
 		return QPAttr{}, &StateError{Op: "init QP attributes", State: st}
 	}
 	switch s {
-	case QPStateInit, QPStateRTR:
+	case rdmap.StateIdle, rdmap.StateRTR:
 		return QPAttr{Mask: QPAttrState | QPAttrAccessFlags, State: s, RemoteWrite: true, RemoteRead: true}, nil
-	case QPStateRTS:
+	case rdmap.StateRTS:
 		return QPAttr{}, nil
 	}
 	return QPAttr{}, fmt.Errorf("cm: init QP attributes: QP state %v", s)

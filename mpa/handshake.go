@@ -326,11 +326,11 @@ func (h *Initiator) request(p *Policy) (Frame, error) {
 		PrivateData: h.PrivateData,
 	}
 	ird, ord := h.IRD, h.ORD
-	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
-		return Frame{}, fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
+	if err := p.checkIRDORD(ird, ord); err != nil {
+		return Frame{}, err
 	}
-	if len(h.PrivateData) > p.MaxULPPrivateData(f.Enhanced) {
-		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(h.PrivateData), p.MaxULPPrivateData(f.Enhanced))
+	if err := p.checkPrivateData(h.PrivateData, f.Enhanced); err != nil {
+		return Frame{}, err
 	}
 	if f.Enhanced {
 		if p.P2P {
@@ -588,13 +588,13 @@ func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
 	pol := r.p
 	pol.MaxIRD, pol.MaxORD = lowerLimit(pol.MaxIRD, r.limIRD), lowerLimit(pol.MaxORD, r.limORD)
 	p := &pol
-	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
-		return Frame{}, Params{}, fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
+	if err := p.checkIRDORD(ird, ord); err != nil {
+		return Frame{}, Params{}, err
 	}
 	rev := min(r.req.Rev, p.Rev)
 	enhanced := r.req.Enhanced && rev == Rev2
-	if len(pd) > p.MaxULPPrivateData(enhanced) {
-		return Frame{}, Params{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), p.MaxULPPrivateData(enhanced))
+	if err := p.checkPrivateData(pd, enhanced); err != nil {
+		return Frame{}, Params{}, err
 	}
 	rep := Frame{
 		Reply:       true,
@@ -672,20 +672,25 @@ func (r *Responder) rejectFrame(pd []byte) Frame {
 	}
 }
 
-// RejectFrame returns the Reply with R set that Reject would send.
-func (r *Responder) RejectFrame(pd []byte) Frame { return r.rejectFrame(pd) }
+// CheckReject returns the error Reject would return for pd before
+// sending anything (pd over the policy's limit: ErrPrivateDataLimit), or
+// nil. It does no I/O and leaves the Request unanswered.
+func (r *Responder) CheckReject(pd []byte) error {
+	return r.p.checkPrivateData(pd, r.rejectFrame(nil).Enhanced)
+}
 
 // Reject answers the Request with a Reply with R set carrying pd (plus the
 // RFC 6581 block when the Request was enhanced), written within ctx. pd is
-// copied before Reject returns.
+// copied before Reject returns. After an error from CheckReject's check
+// nothing was written and the Request may still be answered.
 func (r *Responder) Reject(ctx context.Context, pd []byte) error {
 	if r.answered {
 		return ErrAnswered
 	}
-	rej := r.rejectFrame(pd)
-	if len(pd) > r.p.MaxULPPrivateData(rej.Enhanced) {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), r.p.MaxULPPrivateData(rej.Enhanced))
+	if err := r.CheckReject(pd); err != nil {
+		return err
 	}
+	rej := r.rejectFrame(pd)
 	r.answered = true
 	release := bindContext(ctx, r.conn)
 	err := r.write(&rej)

@@ -297,6 +297,26 @@ func (p *Policy) firstSendDelay(replyTime time.Duration) time.Duration {
 	return p.FirstSendDelay
 }
 
+// checkIRDORD returns an error wrapping ErrIRDORDLimit unless ird is in
+// 0..p.MaxIRD and ord in 0..p.MaxORD: the IRD and ORD a side may send, as
+// initiator (Initiator.Request) and as responder (Responder.Negotiate).
+func (p *Policy) checkIRDORD(ird, ord int) error {
+	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
+		return fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
+	}
+	return nil
+}
+
+// checkPrivateData returns an error wrapping ErrPrivateDataLimit when pd
+// is more ULP private data than a frame this side sends (Request, Reply or
+// reject), with or without the RFC 6581 block, may carry under p.
+func (p *Policy) checkPrivateData(pd []byte, enhanced bool) error {
+	if max := p.MaxULPPrivateData(enhanced); len(pd) > max {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), max)
+	}
+	return nil
+}
+
 // MaxULPPrivateData returns the most ULP private data (without the RFC 6581
 // block) a frame may carry under p, with or without that block.
 func (p *Policy) MaxULPPrivateData(enhanced bool) int {
