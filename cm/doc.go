@@ -57,6 +57,9 @@
 // IDs are single-use: an ID that has left IDLE cannot Listen or Connect
 // again, so Close really is the last event it sees.
 //
+// An ID's state is not its QP's: the QP has its own (rdmap.QPState), which
+// InitQPAttr speaks of and QP.Start moves to RTS.
+//
 // What each call does in each state (others return a *StateError, which
 // matches ErrInvalidState):
 //
@@ -129,13 +132,21 @@
 // Write, then Read, then Send. A responder's request limits: a Request
 // whose PD_Length exceeds MPA.MaxPrivateData is dropped without a word, as
 // siw does; toward siw, set MPA.MaxPrivateData to mpa.SiwMaxPrivateData.
+// What this side sends is held to the same policy by mpa, before a byte
+// goes out: Connect, Accept and Reject refuse IRD/ORD or private data over
+// the limits (mpa.ErrIRDORDLimit, mpa.ErrPrivateDataLimit) with nothing
+// sent and the ID as it was.
 //
 // # Bad input
 //
 // Every malformed, refused or stalled handshake gets the answer RFC
 // 5044/6581 and siw give (a Reply with R set, an LLP Terminate, or a
-// close; see mpa.HandshakeError), is logged at Debug (responder) or
-// reported in ConnectReply (initiator), and touches no other connection.
+// close; mpa sends it, see mpa.HandshakeError), is logged at Debug
+// (responder) or reported in ConnectReply (initiator), and touches no
+// other connection. One table classifies the failure for both sides: the
+// initiator's ConnectReply Status (its Err is the cause: the
+// *mpa.RejectedError of a reject, the *mpa.HandshakeError of any other
+// failed handshake) and the reason the responder's Config.OnRefused gets.
 // A responder's handshake has RequestTimeout in all, however slowly the
 // bytes come; a listener runs at most MaxHandshakes of them at once, and
 // holds at most its backlog of requests waiting for an answer (more are

@@ -376,9 +376,9 @@ func (id *ID) waitHandlerLocked(in *Event) {
 //
 // Destroy must not be called from inside a handler running with the ID
 // (the handler's own ID, or a ConnectRequest's listener): it would wait
-// for itself. From there, return ErrDestroy (the iw_cm way: the ID is
-// destroyed once the handler returns, before any other event of it), or
-// call DestroyFrom with the handler's event.
+// for itself. From there, call DestroyFrom with the handler's event, or,
+// for the handler's own ID, return ErrDestroy (the iw_cm way: the ID is
+// destroyed once the handler returns, before any other event of it).
 func (id *ID) Destroy() { id.destroy(nil) }
 
 // DestroyFrom is Destroy for a caller inside a handler: ev is the event
