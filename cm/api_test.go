@@ -331,6 +331,16 @@ func TestAPIParamChecks(t *testing.T) {
 		if err := id.SetConfig(&cm.Config{MPA: mpa.Policy{Rev: 3}}); err == nil {
 			t.Error("rev 3 config accepted")
 		}
+		// Each refused field is named.
+		for field, c := range map[string]cm.Config{
+			"RequestTimeout": {RequestTimeout: -1}, "ReplyTimeout": {ReplyTimeout: -1}, "Backlog": {Backlog: -1},
+			"MaxHandshakes": {MaxHandshakes: -1}, "MaxUntrustedHandshakes": {MaxUntrustedHandshakes: -1},
+			"MaxHandshakesPerSource": {MaxHandshakesPerSource: -1},
+		} {
+			if err := id.SetConfig(&c); err == nil || !strings.Contains(err.Error(), "negative "+field+" ") {
+				t.Errorf("%s -1: %v", field, err)
+			}
+		}
 		// siw's private-data limit, as a documented option.
 		if err := id.SetConfig(&cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}); err != nil {
 			t.Fatal(err)

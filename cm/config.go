@@ -160,18 +160,19 @@ func (c *Config) resolve() (Config, error) {
 			return r, fmt.Errorf("cm: config: negative %s %v", d.n, *d.v)
 		}
 	}
-	if r.Backlog == 0 {
-		r.Backlog = DefaultBacklog
-	}
-	if r.MaxHandshakes == 0 {
-		r.MaxHandshakes = DefaultMaxHandshakes
-	}
-	if r.MaxUntrustedHandshakes == 0 {
-		r.MaxUntrustedHandshakes = DefaultMaxUntrustedHandshakes
-	}
-	if r.Backlog < 0 || r.MaxHandshakes < 0 || r.MaxUntrustedHandshakes < 0 || r.MaxHandshakesPerSource < 0 {
-		return r, fmt.Errorf("cm: config: negative Backlog %d, MaxHandshakes %d, MaxUntrustedHandshakes %d or MaxHandshakesPerSource %d",
-			r.Backlog, r.MaxHandshakes, r.MaxUntrustedHandshakes, r.MaxHandshakesPerSource)
+	for _, n := range []struct {
+		v   *int
+		def int // 0: none
+		n   string
+	}{{&r.Backlog, DefaultBacklog, "Backlog"}, {&r.MaxHandshakes, DefaultMaxHandshakes, "MaxHandshakes"},
+		{&r.MaxUntrustedHandshakes, DefaultMaxUntrustedHandshakes, "MaxUntrustedHandshakes"},
+		{&r.MaxHandshakesPerSource, 0, "MaxHandshakesPerSource"}} {
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+		if *n.v < 0 {
+			return r, fmt.Errorf("cm: config: negative %s %d", n.n, *n.v)
+		}
 	}
 	if r.Logger == nil {
 		r.Logger = zap.NewNop()
