@@ -218,13 +218,19 @@ func TestAPIEveryState(t *testing.T) {
 		{"Disconnect", func(t *testing.T, _ *rdmap.Device, id *cm.ID) error { return id.Disconnect(false) }},
 		{"DisconnectAbrupt", func(t *testing.T, _ *rdmap.Device, id *cm.ID) error { return id.Disconnect(true) }},
 		{"InitQPAttr", func(t *testing.T, _ *rdmap.Device, id *cm.ID) error {
-			a, err := id.InitQPAttr(cm.QPStateRTR)
-			if err == nil && (a.Mask != cm.QPAttrState|cm.QPAttrAccessFlags || !a.RemoteRead || !a.RemoteWrite || a.State != cm.QPStateRTR) {
+			a, err := id.InitQPAttr(rdmap.StateRTR)
+			if err == nil && (a.Mask != cm.QPAttrState|cm.QPAttrAccessFlags || !a.RemoteRead || !a.RemoteWrite || a.State != rdmap.StateRTR) {
 				t.Errorf("RTR attributes %+v", a)
 			}
 			if err == nil {
-				if a, _ := id.InitQPAttr(cm.QPStateRTS); a.Mask != 0 {
+				if a, err := id.InitQPAttr(rdmap.StateIdle); err != nil || a.Mask != cm.QPAttrState|cm.QPAttrAccessFlags || a.State != rdmap.StateIdle {
+					t.Errorf("INIT (IDLE) attributes %+v %v", a, err)
+				}
+				if a, _ := id.InitQPAttr(rdmap.StateRTS); a.Mask != 0 {
 					t.Errorf("RTS attributes %+v", a)
+				}
+				if _, err := id.InitQPAttr(rdmap.StateError); err == nil {
+					t.Error("ERROR attributes without an error")
 				}
 			}
 			return err
@@ -324,6 +330,16 @@ func TestAPIParamChecks(t *testing.T) {
 		// A Config that cannot be resolved is refused.
 		if err := id.SetConfig(&cm.Config{MPA: mpa.Policy{Rev: 3}}); err == nil {
 			t.Error("rev 3 config accepted")
+		}
+		// Each refused field is named.
+		for field, c := range map[string]cm.Config{
+			"RequestTimeout": {RequestTimeout: -1}, "ReplyTimeout": {ReplyTimeout: -1}, "Backlog": {Backlog: -1},
+			"MaxHandshakes": {MaxHandshakes: -1}, "MaxUntrustedHandshakes": {MaxUntrustedHandshakes: -1},
+			"MaxHandshakesPerSource": {MaxHandshakesPerSource: -1},
+		} {
+			if err := id.SetConfig(&c); err == nil || !strings.Contains(err.Error(), "negative "+field+" ") {
+				t.Errorf("%s -1: %v", field, err)
+			}
 		}
 		// siw's private-data limit, as a documented option.
 		if err := id.SetConfig(&cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}); err != nil {

@@ -120,11 +120,14 @@ type Config struct {
 	// OnRefused, when set, is told about every inbound connection the
 	// listener answered itself, without a ConnectRequest: a handshake that
 	// failed (reason "timeout", "bad_key", "revision", "pd_length",
-	// "truncated", "enhanced_short", "smbd_header" (MPA.SMBD: a revision
-	// 1 Request without a valid [MS-SMBD] header), "extra_data",
-	// "markers", "crc", "closed", or "protocol"), a request over the
-	// backlog ("backlog"), or
-	// a connection closed at accept ("admission", "source_limit", "busy";
+	// "truncated" (a FIN inside the Request), "enhanced_short",
+	// "smbd_header" (MPA.SMBD: a revision 1 Request without a valid
+	// [MS-SMBD] header), "extra_data", "markers", "crc", "closed" (a FIN
+	// before its first byte, a reset, or the listener destroyed
+	// meanwhile), or "protocol"; the same classification gives an
+	// initiator its ConnectReply Status), a request over the backlog
+	// ("backlog"), or a connection closed at accept ("admission",
+	// "source_limit", "busy";
 	// see Admit).
 	// It runs on the listener's handshake goroutine and must not block.
 	OnRefused func(remote net.Addr, reason string)
@@ -167,18 +170,19 @@ func (c *Config) resolve() (Config, error) {
 			return r, fmt.Errorf("cm: config: negative %s %v", d.n, *d.v)
 		}
 	}
-	if r.Backlog == 0 {
-		r.Backlog = DefaultBacklog
-	}
-	if r.MaxHandshakes == 0 {
-		r.MaxHandshakes = DefaultMaxHandshakes
-	}
-	if r.MaxUntrustedHandshakes == 0 {
-		r.MaxUntrustedHandshakes = DefaultMaxUntrustedHandshakes
-	}
-	if r.Backlog < 0 || r.MaxHandshakes < 0 || r.MaxUntrustedHandshakes < 0 || r.MaxHandshakesPerSource < 0 {
-		return r, fmt.Errorf("cm: config: negative Backlog %d, MaxHandshakes %d, MaxUntrustedHandshakes %d or MaxHandshakesPerSource %d",
-			r.Backlog, r.MaxHandshakes, r.MaxUntrustedHandshakes, r.MaxHandshakesPerSource)
+	for _, n := range []struct {
+		v   *int
+		def int // 0: none
+		n   string
+	}{{&r.Backlog, DefaultBacklog, "Backlog"}, {&r.MaxHandshakes, DefaultMaxHandshakes, "MaxHandshakes"},
+		{&r.MaxUntrustedHandshakes, DefaultMaxUntrustedHandshakes, "MaxUntrustedHandshakes"},
+		{&r.MaxHandshakesPerSource, 0, "MaxHandshakesPerSource"}} {
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+		if *n.v < 0 {
+			return r, fmt.Errorf("cm: config: negative %s %d", n.n, *n.v)
+		}
 	}
 	if r.Logger == nil {
 		r.Logger = zap.NewNop()

@@ -94,7 +94,8 @@ func (id *ID) runConnect(ctx context.Context, cancel context.CancelFunc, done ch
 	lg.Debug("connected; MPA request sent", zap.Stringer(keyLocal, conn.LocalAddr()))
 	res, err := ini.Handshake(hctx, conn)
 	if err != nil {
-		ev := &Event{Type: EventConnectReply, Status: classify(err), Err: err,
+		status, _ := classify(err)
+		ev := &Event{Type: EventConnectReply, Status: status, Err: err,
 			LocalAddr: conn.LocalAddr(), RemoteAddr: conn.RemoteAddr()}
 		var rej *mpa.RejectedError
 		var hs *mpa.HandshakeError
@@ -103,7 +104,6 @@ func (id *ID) runConnect(ctx context.Context, cancel context.CancelFunc, done ch
 			peer := rej.Reply
 			ev.Peer = &peer
 			ev.PrivateData = peer.PrivateData
-			ev.Err = &RejectError{PrivateData: peer.PrivateData, Reply: peer}
 		case errors.As(err, &hs) && hs.Frame != nil:
 			peer := *hs.Frame
 			ev.Peer = &peer

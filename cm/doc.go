@@ -57,6 +57,9 @@
 // IDs are single-use: an ID that has left IDLE cannot Listen or Connect
 // again, so Close really is the last event it sees.
 //
+// An ID's state is not its QP's: the QP has its own (rdmap.QPState), which
+// InitQPAttr speaks of and QP.Start moves to RTS.
+//
 // What each call does in each state (others return a *StateError, which
 // matches ErrInvalidState):
 //
@@ -80,14 +83,32 @@
 // ConnectRequest handler has returned. So a handler that calls Accept sees
 // Established after it returns.
 //
-// A handler may call Accept, Reject, Disconnect and Destroy on its own ID:
-// these calls never wait for the handler. Destroy called from another
-// goroutine waits until a handler running with that ID has returned. A
-// handler that returns an error destroys its ID (a ConnectRequest child in
-// CONN_RECV is then rejected, as iw_cm does). Handlers should not block
-// for long: later events of the ID (and, for a listener, later requests)
-// wait. A handler that waits for another ID's handler risks a deadlock the
-// package cannot see.
+// A handler may call Accept, Reject and Disconnect on its own ID: these
+// calls never wait for a handler. Destroy waits until no handler runs with
+// the ID, so a handler does not call it on an ID it runs with (its own; in
+// a ConnectRequest handler, the child and the listener). It destroys them
+// instead in one of two ways, neither of which waits for itself:
+//
+//   - by returning a non-nil error, as a non-zero return of an iw_cm
+//     handler does: ErrDestroy (quietly) or any other error (logged as a
+//     failure). The ID is destroyed once the handler has returned, before
+//     any other event of it; a ConnectRequest child in CONN_RECV is then
+//     rejected. This destroys the handler's own ID only.
+//   - with id.DestroyFrom(ev), ev being the event the handler got: the
+//     event is the token of that handler call, so DestroyFrom skips the
+//     wait for that call and for nothing else. It returns with the ID
+//     destroyed, while the handler carries on. ev.Listener.DestroyFrom(ev)
+//     stops the listener from inside its ConnectRequest handler; the
+//     child lives on.
+//
+// A handler of ID A may Destroy (or DestroyFrom) another ID B: that waits
+// for B's handler in progress, so A's handler must not be what B's waits
+// for, or both wait forever; the package cannot see such a cycle.
+// Destroying a listener rejects and destroys the requests it has not yet
+// delivered (no handler has run with them); children already delivered
+// are the ULP's, and outlive the listener. Handlers should not block for
+// long: later events of the ID (and, for a listener, later requests)
+// wait.
 //
 // Each Event is a fresh value: its PrivateData and Peer are copies, which
 // the handler may keep.
@@ -120,13 +141,21 @@
 // mpa.Policy.SMBD for every rule. A responder's request limits: a Request
 // whose PD_Length exceeds MPA.MaxPrivateData is dropped without a word, as
 // siw does; toward siw, set MPA.MaxPrivateData to mpa.SiwMaxPrivateData.
+// What this side sends is held to the same policy by mpa, before a byte
+// goes out: Connect, Accept and Reject refuse IRD/ORD or private data over
+// the limits (mpa.ErrIRDORDLimit, mpa.ErrPrivateDataLimit) with nothing
+// sent and the ID as it was.
 //
 // # Bad input
 //
 // Every malformed, refused or stalled handshake gets the answer RFC
 // 5044/6581 and siw give (a Reply with R set, an LLP Terminate, or a
-// close; see mpa.HandshakeError), is logged at Debug (responder) or
-// reported in ConnectReply (initiator), and touches no other connection.
+// close; mpa sends it, see mpa.HandshakeError), is logged at Debug
+// (responder) or reported in ConnectReply (initiator), and touches no
+// other connection. One table classifies the failure for both sides: the
+// initiator's ConnectReply Status (its Err is the cause: the
+// *mpa.RejectedError of a reject, the *mpa.HandshakeError of any other
+// failed handshake) and the reason the responder's Config.OnRefused gets.
 // A responder's handshake has RequestTimeout in all, however slowly the
 // bytes come; a listener runs at most MaxHandshakes of them at once, and
 // holds at most its backlog of requests waiting for an answer (more are

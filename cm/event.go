@@ -1,10 +1,8 @@
 package cm
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"syscall"
 
@@ -149,8 +147,9 @@ type Event struct {
 	Type EventType
 	// Status is ConnectReply's outcome (StatusOK for the other types).
 	Status Status
-	// Err says why: for a failed ConnectReply the cause (a *RejectError
-	// for StatusRejected); for Disconnect and Close why the connection
+	// Err says why: for a failed ConnectReply the cause (for
+	// StatusRejected the *mpa.RejectedError, whose Reply is the rejecting
+	// frame and Reply.PrivateData the ULP's reason); for Disconnect and Close why the connection
 	// ended (nil for a graceful close by either side, else the QP's Err).
 	Err error
 	// Listener is the listening ID of a ConnectRequest (the handler's id
@@ -180,26 +179,20 @@ type Event struct {
 
 // Handler receives an ID's events. It runs on that ID's event goroutine
 // (ConnectRequest: on the listener's), for one event at a time, in order.
-// It may call Accept, Reject, Disconnect and Destroy on its id; returning
-// an error destroys id (a ConnectRequest child in StateConnRecv is then
-// rejected). It should not block for long: the ID's later events, and for
+// It may call Accept, Reject and Disconnect on its id, and DestroyFrom
+// with ev (not Destroy, which waits for the handler to return). Returning
+// a non-nil error destroys id once the handler has returned, before any
+// other event of id is delivered, as a non-zero return of an iw_cm
+// handler does: return ErrDestroy for that, any other error to have it
+// logged as a failure. A ConnectRequest child in StateConnRecv is then
+// rejected. It should not block for long: the ID's later events, and for
 // a listener the next requests, wait for it.
 type Handler func(id *ID, ev *Event) error
 
-// RejectError is a connection refused by the peer with an MPA Reply with R
-// set (ConnectReply StatusRejected, and Dial's error).
-type RejectError struct {
-	// PrivateData is the rejecting ULP's private data (without the RFC
-	// 6581 block).
-	PrivateData []byte
-	// Reply is the rejecting Reply as received.
-	Reply mpa.Frame
-}
-
-// Error describes the reject.
-func (e *RejectError) Error() string {
-	return fmt.Sprintf("cm: connection rejected by peer (%d bytes of private data)", len(e.PrivateData))
-}
+// ErrDestroy, returned by a Handler (or wrapped in the error it returns),
+// destroys the handler's ID once the handler has returned, without the
+// log line of a failed handler.
+var ErrDestroy = errors.New("cm: destroy the ID")
 
 // ConnectError is a failed connect other than a reject (Dial's error).
 type ConnectError struct {
@@ -217,22 +210,3 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 
 // Timeout reports whether the connect timed out.
 func (e *ConnectError) Timeout() bool { return e.Status == StatusTimeout }
-
-// classify maps an initiator failure to a Status.
-func classify(err error) Status {
-	var rej *mpa.RejectedError
-	var hs *mpa.HandshakeError
-	var t interface{ Timeout() bool }
-	switch {
-	case errors.As(err, &rej):
-		return StatusRejected
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &t) && t.Timeout():
-		return StatusTimeout
-	case errors.As(err, &hs) && hs.Refused():
-		return StatusRefused
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.Is(err, context.Canceled):
-		return StatusReset
-	}
-	return StatusProtocolError
-}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"net"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -154,8 +153,8 @@ func TestEventsRejectInsideHandler(t *testing.T) {
 		t.Errorf("state after reject %v", st)
 	}
 	rep := p.cli.wait(p.client, cm.EventConnectReply).ev
-	var rej *cm.RejectError
-	if rep.Status != cm.StatusRejected || !errors.As(rep.Err, &rej) || !bytes.Equal(rej.PrivateData, []byte("go away")) ||
+	var rej *mpa.RejectedError
+	if rep.Status != cm.StatusRejected || !errors.As(rep.Err, &rej) || !bytes.Equal(rej.Reply.PrivateData, []byte("go away")) ||
 		!bytes.Equal(rep.PrivateData, []byte("go away")) || rep.Peer == nil || !rep.Peer.Reject {
 		t.Errorf("reply %+v", rep)
 	}
@@ -176,24 +175,10 @@ func TestEventsRejectInsideHandler(t *testing.T) {
 	}
 }
 
-func TestEventsHandlerErrorRejects(t *testing.T) {
-	p := newPair(t, cm.Config{}, cm.Config{})
-	p.srv.onRequest = func(*cm.ID, *cm.Event) error { return errors.New("no") }
-	p.connect(1, 1, []byte("x"))
-	rep := p.cli.wait(p.client, cm.EventConnectReply).ev
-	if rep.Status != cm.StatusRejected || len(rep.PrivateData) != 0 {
-		t.Errorf("reply %+v", rep)
-	}
-	child := p.srv.wait(nil, cm.EventConnectRequest).id
-	if child.State() != cm.StateDestroying {
-		t.Errorf("child state %v", child.State())
-	}
-}
-
 func TestEventsDestroyChildInsideHandlerRejects(t *testing.T) {
 	p := newPair(t, cm.Config{}, cm.Config{})
 	p.srv.onRequest = func(id *cm.ID, ev *cm.Event) error {
-		id.Destroy() // must not wait for the handler it runs in
+		id.DestroyFrom(ev) // must not wait for the handler it runs in
 		return nil
 	}
 	p.connect(1, 1, nil)
@@ -230,30 +215,6 @@ func TestEventsAcceptOutsideHandler(t *testing.T) {
 	}
 	if qp := p.cliQP.Params(); qp == nil || qp.IRD != 2 || qp.ORD != 8 || !qp.Initiator {
 		t.Errorf("client QP params %+v", qp)
-	}
-}
-
-func TestEventsHandlerErrorDestroysEstablished(t *testing.T) {
-	p := newPair(t, cm.Config{}, cm.Config{})
-	p.srv.onEvent = func(id *cm.ID, ev *cm.Event) error {
-		if ev.Type == cm.EventEstablished {
-			return errors.New("changed my mind")
-		}
-		return nil
-	}
-	p.acceptInHandler(1, 1, nil)
-	p.connect(1, 1, nil)
-	cl := p.cli.wait(p.client, cm.EventClose).ev
-	if !errors.Is(cl.Err, syscall.ECONNRESET) {
-		t.Errorf("client close error %v", cl.Err)
-	}
-	child := p.srv.wait(nil, cm.EventEstablished).id
-	child.Destroy()
-	if got := p.srv.types(child); !eqTypes(got, cm.EventConnectRequest, cm.EventEstablished) {
-		t.Errorf("server events %v", got)
-	}
-	if got := p.cli.types(p.client); !eqTypes(got, cm.EventConnectReply, cm.EventEstablished, cm.EventDisconnect, cm.EventClose) {
-		t.Errorf("client events %v", got)
 	}
 }
 
@@ -323,51 +284,6 @@ func TestEventsConnectFailures(t *testing.T) {
 		}
 		p.srv.wait(nil, cm.EventClose)
 	})
-}
-
-// TestDestroyWaitsForHandler checks that Destroy from outside returns only
-// after the running handler has, and that Destroy from inside does not
-// wait for itself.
-func TestDestroyWaitsForHandler(t *testing.T) {
-	p := newPair(t, cm.Config{}, cm.Config{})
-	var (
-		mu    sync.Mutex
-		order []string
-	)
-	note := func(s string) {
-		mu.Lock()
-		order = append(order, s)
-		mu.Unlock()
-	}
-	inHandler := make(chan *cm.ID)
-	release := make(chan struct{})
-	p.srv.onRequest = func(id *cm.ID, ev *cm.Event) error {
-		inHandler <- id
-		<-release
-		note("handler returns")
-		return nil
-	}
-	p.connect(1, 1, nil)
-	child := <-inHandler
-	destroyed := make(chan struct{})
-	calling := make(chan struct{})
-	go func() {
-		close(calling)
-		child.Destroy()
-		note("destroy returns")
-		close(destroyed)
-	}()
-	<-calling
-	close(release)
-	<-destroyed
-	mu.Lock()
-	defer mu.Unlock()
-	if len(order) != 2 || order[0] != "handler returns" {
-		t.Errorf("order %v", order)
-	}
-	if ev := p.cli.wait(p.client, cm.EventConnectReply).ev; ev.Status != cm.StatusRejected {
-		t.Errorf("reply %+v", ev)
-	}
 }
 
 // Params as the QP sees them after a default handshake with Linux siw's

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gosiw/gosiw/cm"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -81,7 +82,7 @@ func listenDial() error {
 
 // NewID is iw_cm's API: events reach a handler on the ID's own goroutine.
 // This listener refuses every request with a reason in the MPA Reply's
-// private data; the client gets it in a *cm.RejectError.
+// private data; the client gets it in a *mpa.RejectedError.
 func ExampleNewID() {
 	if err := rejectWithReason(); err != nil {
 		log.Fatal(err)
@@ -109,8 +110,7 @@ func rejectWithReason() error {
 		if err := id.Reject([]byte("no such service")); err != nil {
 			return err // destroys the child ID, which rejects the request
 		}
-		id.Destroy()
-		return nil
+		return cm.ErrDestroy // done with the child: destroy it, as iw_cm does
 	})
 	defer listener.Destroy()
 	if err := listener.Listen("127.0.0.1:0", 0); err != nil {
@@ -122,10 +122,10 @@ func rejectWithReason() error {
 		return err
 	}
 	_, err = cm.Dial(ctx, listener.LocalAddr().String(), dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1, PrivateData: []byte("may I?")})
-	var rej *cm.RejectError
+	var rej *mpa.RejectedError
 	if !errors.As(err, &rej) {
 		return fmt.Errorf("want a reject, got %v", err)
 	}
-	fmt.Printf("client: rejected: %q\n", rej.PrivateData)
+	fmt.Printf("client: rejected: %q\n", rej.Reply.PrivateData)
 	return nil
 }

@@ -22,7 +22,7 @@ import (
 const (
 	decideAccept  = iota // Accept in the handler
 	decideReject         // Reject in the handler
-	decideDestroy        // Destroy in the handler
+	decideDestroy        // DestroyFrom in the handler
 	decideError          // the handler returns an error (the child is rejected)
 	decideHold           // no answer: the test destroys the child later
 	decideCount
@@ -135,7 +135,7 @@ func runListener(t *testing.T, cfg *cm.Config, decide byte, chunk int, data []by
 		case decideReject:
 			err = id.Reject([]byte("no"))
 		case decideDestroy:
-			id.Destroy()
+			id.DestroyFrom(ev)
 		case decideError:
 			err = errors.New("refused by the test")
 		case decideHold:
@@ -334,7 +334,7 @@ func runConnectReply(t *testing.T, cfgBits byte, chunk int, data []byte) {
 	defer id.Destroy()
 	r.onEvent = func(h *cm.ID, ev *cm.Event) error {
 		if ev.Type == cm.EventConnectReply && destroyInHandler {
-			h.Destroy()
+			h.DestroyFrom(ev)
 		}
 		return nil
 	}

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,4 +248,73 @@ func eqTypes(a []cm.EventType, b ...cm.EventType) bool {
 		}
 	}
 	return true
+}
+
+// eventClock is one clock for handler entries and for the returns of the
+// calls after which no event may reach an ID (Reject, Destroy,
+// DestroyFrom), so that a test can check that no handler started with an
+// ID after such a call returned. It is safe for concurrent use.
+type eventClock struct {
+	seq  atomic.Int64
+	logs sync.Map // *cm.ID -> *idTimes
+}
+
+// idTimes is what an eventClock knows of one ID.
+type idTimes struct {
+	mu       sync.Mutex
+	arrivals []int64 // the clock at each handler entry
+	types    []cm.EventType
+	ended    int64 // the clock when the last-event call returned; 0 if none did
+}
+
+func (c *eventClock) of(id *cm.ID) *idTimes {
+	v, _ := c.logs.LoadOrStore(id, &idTimes{})
+	return v.(*idTimes)
+}
+
+// arrive records a handler entry with id for ev.
+func (c *eventClock) arrive(id *cm.ID, ev *cm.Event) {
+	s := c.seq.Add(1)
+	l := c.of(id)
+	l.mu.Lock()
+	l.arrivals = append(l.arrivals, s)
+	l.types = append(l.types, ev.Type)
+	l.mu.Unlock()
+}
+
+// end records that a call after which no event may reach id has returned.
+func (c *eventClock) end(id *cm.ID) {
+	s := c.seq.Add(1)
+	l := c.of(id)
+	l.mu.Lock()
+	l.ended = s
+	l.mu.Unlock()
+}
+
+// each calls f with every ID the clock has seen, what it delivered, and
+// whether the last-event call returned (ended).
+func (c *eventClock) each(f func(id *cm.ID, types []cm.EventType, ended bool)) {
+	c.logs.Range(func(k, v any) bool {
+		l := v.(*idTimes)
+		l.mu.Lock()
+		types, ended := slices.Clone(l.types), l.ended != 0
+		l.mu.Unlock()
+		f(k.(*cm.ID), types, ended)
+		return true
+	})
+}
+
+// late returns the events that reached id after its last-event call
+// returned.
+func (c *eventClock) late(id *cm.ID) []cm.EventType {
+	l := c.of(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []cm.EventType
+	for i, s := range l.arrivals {
+		if l.ended != 0 && s > l.ended {
+			out = append(out, l.types[i])
+		}
+	}
+	return out
 }

@@ -36,8 +36,9 @@ var idSeq atomic.Uint64
 
 // ID is a connection-manager identifier (struct iw_cm_id): a listener, an
 // inbound request, or a connection. Its methods are safe for concurrent
-// use, and may be called from inside its handler; see the package
-// documentation for the event model.
+// use, and may be called from inside its handler, except Destroy (there,
+// DestroyFrom or a non-nil return); see the package documentation for the
+// event model.
 //
 // Lock order: an ID never holds its mu while taking another ID's mu, and
 // never calls a handler, a QP method other than Start, or blocking I/O
@@ -47,7 +48,7 @@ type ID struct {
 	seq uint64
 
 	mu   sync.Mutex
-	cond sync.Cond // on mu; broadcast when cbG returns to 0
+	cond sync.Cond // on mu; broadcast when running returns to nil
 
 	handler Handler     // +checklocks:mu
 	context any         // +checklocks:mu
@@ -61,7 +62,11 @@ type ID struct {
 	draining bool     // a drain goroutine runs; +checklocks:mu
 	held     bool     // ConnectRequest not yet delivered; +checklocks:mu
 	drop     bool     // no more events (destroyed, rejected, failed accept); +checklocks:mu
-	cbG      uint64   // goroutine running a handler with this ID, or 0; +checklocks:mu
+	// running is the event whose handler runs with this ID, or nil: the
+	// token that tells DestroyFrom called from inside that handler from
+	// any other Destroy. A ConnectRequest runs with two IDs, the listener
+	// and the child. +checklocks:mu
+	running *Event
 
 	laddr, raddr net.Addr    // +checklocks:mu
 	params       *mpa.Params // +checklocks:mu
@@ -279,7 +284,6 @@ func (id *ID) kickLocked() {
 // a new one). ConnectRequest events are queued on the listener and
 // delivered here with the child ID.
 func (id *ID) drain() {
-	g := goid()
 	for {
 		id.mu.Lock()
 		if id.drop || id.held || len(id.queue) == 0 {
@@ -291,68 +295,73 @@ func (id *ID) drain() {
 		id.queue[0] = nil
 		id.queue = id.queue[1:]
 		h := id.handler
-		id.cbG = g
+		id.running = ev
 		id.mu.Unlock()
 
-		var err error
-		target := id
 		if ev.Type == EventConnectRequest {
-			target = ev.child
-			err = id.deliverRequest(h, ev, g)
-		} else {
-			err = h(id, ev)
-		}
-
-		id.mu.Lock()
-		id.cbG = 0
-		id.cond.Broadcast()
-		lg := id.lg
-		id.mu.Unlock()
-		if ev.Type == EventConnectRequest {
+			id.deliverRequest(h, ev)
+			id.endDelivery()
 			continue
 		}
+		err := h(id, ev)
+		lg := id.endDelivery()
 		if err != nil {
-			lg.Info("handler failed; destroying the ID", zap.Stringer(keyEvent, ev.Type), zap.Error(err))
-			target.destroy(g)
+			handlerDestroys(lg, ev.Type, err)
+			id.destroy(nil)
 		}
 	}
 }
 
-// deliverRequest runs the handler for a ConnectRequest with the child ID,
-// then lets the child's own events flow. A handler error destroys the
-// child, which rejects it.
-func (id *ID) deliverRequest(h Handler, ev *Event, g uint64) error {
+// endDelivery marks the end of the handler call that runs with id, wakes
+// the Destroy calls waiting for it, and returns id's logger.
+func (id *ID) endDelivery() *zap.Logger {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.running = nil
+	id.cond.Broadcast()
+	return id.lg
+}
+
+// handlerDestroys logs that a handler's return value destroys its ID:
+// quietly for ErrDestroy, as a failure for any other error.
+func handlerDestroys(lg *zap.Logger, t EventType, err error) {
+	if errors.Is(err, ErrDestroy) {
+		lg.Debug("handler returned ErrDestroy; destroying the ID", zap.Stringer(keyEvent, t))
+		return
+	}
+	lg.Info("handler failed; destroying the ID", zap.Stringer(keyEvent, t), zap.Error(err))
+}
+
+// deliverRequest runs the handler for a ConnectRequest with the child ID
+// (the listener's running is ev already), then lets the child's own events
+// flow. A handler error destroys the child, which rejects it.
+func (id *ID) deliverRequest(h Handler, ev *Event) {
 	c := ev.child
 	c.mu.Lock()
 	if c.drop {
 		c.mu.Unlock()
-		return nil
+		return
 	}
-	c.cbG = g
+	c.running = ev
 	c.mu.Unlock()
 
 	err := h(c, ev)
 
-	c.mu.Lock()
-	c.cbG = 0
-	c.cond.Broadcast()
-	lg := c.lg
-	c.mu.Unlock()
+	lg := c.endDelivery()
 	if err != nil {
-		lg.Info("handler failed on a connect request; rejecting it", zap.Error(err))
-		c.destroy(g)
+		handlerDestroys(lg, ev.Type, err)
+		c.destroy(nil)
 	}
 	c.mu.Lock()
 	c.held = false
 	c.kickLocked()
 	c.mu.Unlock()
-	return err
 }
 
-// waitCallbackLocked waits until no handler runs with this ID, unless the
-// one running is on goroutine g (the caller).
-func (id *ID) waitCallbackLocked(g uint64) {
-	for id.cbG != 0 && id.cbG != g {
+// waitHandlerLocked waits until no handler runs with this ID, unless the
+// one running is the one delivering in (the caller, inside it).
+func (id *ID) waitHandlerLocked(in *Event) {
+	for id.running != nil && id.running != in {
 		id.cond.Wait()
 	}
 }
@@ -361,15 +370,37 @@ func (id *ID) waitCallbackLocked(g uint64) {
 // rejects the requests it has not delivered; a request in StateConnRecv
 // is rejected (without private data); a connect in progress is cancelled;
 // a connection is closed abruptly (its QP's Disconnect(true)) and waited
-// for. After Destroy returns no event reaches the ID. Destroy waits for a
-// handler running with the ID, unless it is called from inside that
-// handler. Destroy is idempotent.
-func (id *ID) Destroy() { id.destroy(goid()) }
+// for. After Destroy returns no event reaches the ID, and no handler runs
+// with it: Destroy waits for a handler running with the ID to return.
+// Destroy is idempotent.
+//
+// Destroy must not be called from inside a handler running with the ID
+// (the handler's own ID, or a ConnectRequest's listener): it would wait
+// for itself. From there, call DestroyFrom with the handler's event, or,
+// for the handler's own ID, return ErrDestroy (the iw_cm way: the ID is
+// destroyed once the handler returns, before any other event of it).
+func (id *ID) Destroy() { id.destroy(nil) }
 
-func (id *ID) destroy(g uint64) {
+// DestroyFrom is Destroy for a caller inside a handler: ev is the event
+// that handler received. It does all that Destroy does, and it waits for
+// any handler running with the ID except the one delivering ev, which is
+// the caller. So a handler can destroy its own ID, and a ConnectRequest
+// handler the child it got or the listener (ev.Listener), without a
+// deadlock; once DestroyFrom returns no further event reaches that ID, and
+// the handler's return value no longer matters for it.
+//
+// ev is a token for one handler call only: passed anywhere else (a stored
+// event, after its handler has returned, or from another goroutine) it
+// identifies no running handler and DestroyFrom is Destroy, which from
+// inside another handler of the same ID waits for itself. Called from
+// another goroutine while the handler that received ev is still running,
+// DestroyFrom does not wait for that handler. A nil ev is Destroy.
+func (id *ID) DestroyFrom(ev *Event) { id.destroy(ev) }
+
+func (id *ID) destroy(in *Event) {
 	id.mu.Lock()
 	if id.state == StateDestroying {
-		id.waitCallbackLocked(g)
+		id.waitHandlerLocked(in)
 		id.mu.Unlock()
 		return
 	}
@@ -414,14 +445,15 @@ func (id *ID) destroy(g uint64) {
 		qp.Disconnect(true)
 		<-watchDone
 	}
-	// Requests the listener never delivered are rejected.
+	// Requests the listener never delivered are rejected; no handler has
+	// run with them.
 	for _, ev := range queued {
 		if ev.child != nil {
-			ev.child.destroy(g)
+			ev.child.destroy(nil)
 		}
 	}
 	id.mu.Lock()
-	id.waitCallbackLocked(g)
+	id.waitHandlerLocked(in)
 	id.mu.Unlock()
 }
 
@@ -500,29 +532,6 @@ func (id *ID) establishLocked(qp QP, p *mpa.Params) {
 	go id.watch(qp, id.watchDone)
 }
 
-// QPState names the QP states InitQPAttr describes.
-type QPState uint8
-
-// QP states for InitQPAttr (IB_QPS_INIT, IB_QPS_RTR, IB_QPS_RTS).
-const (
-	QPStateInit QPState = iota
-	QPStateRTR
-	QPStateRTS
-)
-
-// String names the QP state ("RTR").
-func (s QPState) String() string {
-	switch s {
-	case QPStateInit:
-		return "INIT"
-	case QPStateRTR:
-		return "RTR"
-	case QPStateRTS:
-		return "RTS"
-	}
-	return fmt.Sprintf("unknown(%d)", uint8(s))
-}
-
 // QPAttrMask says which QPAttr fields are set.
 type QPAttrMask uint8
 
@@ -537,17 +546,19 @@ type QPAttr struct {
 	// Mask says which of the fields below apply.
 	Mask QPAttrMask
 	// State is the QP state to move to (QPAttrState).
-	State QPState
+	State rdmap.QPState
 	// RemoteWrite and RemoteRead are the access flags.
 	RemoteWrite, RemoteRead bool
 }
 
 // InitQPAttr returns the attributes to apply to a QP moving to state s
-// (iw_cm_init_qp_attr): for INIT and RTR the state and remote write and
-// read access; for RTS nothing (the connection manager moves the QP to RTS
-// itself). It is allowed in StateIdle, StateConnSent, StateConnRecv and
-// StateEstablished.
-func (id *ID) InitQPAttr(s QPState) (QPAttr, error) {
+// (iw_cm_init_qp_attr): for verbs' INIT (rdmap.StateIdle, the state Linux
+// siw maps IB_QPS_INIT to) and RTR (rdmap.StateRTR) the state and remote
+// write and read access; for RTS (rdmap.StateRTS) nothing, since the
+// connection manager moves the QP to RTS itself (QP.Start); any other
+// state is an error. It is allowed in StateIdle, StateConnSent,
+// StateConnRecv and StateEstablished.
+func (id *ID) InitQPAttr(s rdmap.QPState) (QPAttr, error) {
 	id.mu.Lock()
 	st := id.state
 	id.mu.Unlock()
@@ -557,9 +568,9 @@ func (id *ID) InitQPAttr(s QPState) (QPAttr, error) {
 		return QPAttr{}, &StateError{Op: "init QP attributes", State: st}
 	}
 	switch s {
-	case QPStateInit, QPStateRTR:
+	case rdmap.StateIdle, rdmap.StateRTR:
 		return QPAttr{Mask: QPAttrState | QPAttrAccessFlags, State: s, RemoteWrite: true, RemoteRead: true}, nil
-	case QPStateRTS:
+	case rdmap.StateRTS:
 		return QPAttr{}, nil
 	}
 	return QPAttr{}, fmt.Errorf("cm: init QP attributes: QP state %v", s)

@@ -10,18 +10,6 @@ import (
 	"github.com/gosiw/gosiw/rdmap"
 )
 
-func TestGoid(t *testing.T) {
-	a := goid()
-	if a == 0 || goid() != a {
-		t.Fatalf("goid %d unstable", a)
-	}
-	ch := make(chan uint64)
-	go func() { ch <- goid() }()
-	if b := <-ch; b == a || b == 0 {
-		t.Errorf("other goroutine's id %d, mine %d", b, a)
-	}
-}
-
 func TestTransitions(t *testing.T) {
 	// The table must allow exactly iwcm.c's moves; every state may be
 	// destroyed, and nothing leaves DESTROYING.

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -243,7 +241,8 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 			zap.Stringer(keyAnswer, answer), zap.Error(err))
 		_ = c.Close()
 		if cfg.OnRefused != nil {
-			cfg.OnRefused(c.RemoteAddr(), refusalReason(err))
+			_, reason := classify(err)
+			cfg.OnRefused(c.RemoteAddr(), reason)
 		}
 		return
 	}
@@ -285,36 +284,6 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 	child.lg.Debug("connect request", zap.Uint8(keyRev, req.Rev), zap.Bool(keyEnhanced, req.Enhanced),
 		zap.Int(keyIRD, ev.IRD), zap.Int(keyORD, ev.ORD), zap.Bool(keyCRC, req.CRC), zap.Bool(keyP2P, req.P2P),
 		zap.Stringer(keyRTR, req.RTRs()), zap.Int(keyPDLen, len(req.PrivateData)))
-}
-
-// refusalReason names why an inbound handshake failed, for OnRefused.
-func refusalReason(err error) string {
-	var ne net.Error
-	switch {
-	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, mpa.ErrBadKey):
-		return "bad_key"
-	case errors.Is(err, mpa.ErrUnknownRevision):
-		return "revision"
-	case errors.Is(err, mpa.ErrPDTooLong), errors.Is(err, mpa.ErrPrivateDataLimit):
-		return "pd_length"
-	case errors.Is(err, mpa.ErrEnhancedShort):
-		return "enhanced_short"
-	case errors.Is(err, mpa.ErrSMBDShort), errors.Is(err, mpa.ErrSMBDZero):
-		return "smbd_header"
-	case errors.Is(err, mpa.ErrExtraData):
-		return "extra_data"
-	case errors.Is(err, mpa.ErrMarkersRefused):
-		return "markers"
-	case errors.Is(err, mpa.ErrCRCRefused):
-		return "crc"
-	case errors.Is(err, mpa.ErrTruncated), errors.Is(err, io.ErrUnexpectedEOF):
-		return "truncated"
-	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
-		return "closed"
-	}
-	return "protocol"
 }
 
 func rejectAndClose(resp *mpa.Responder, c net.Conn, cfg *Config) {
@@ -415,11 +384,9 @@ func (id *ID) Reject(privateData []byte) error {
 		id.mu.Unlock()
 		return &StateError{Op: "reject", State: StateConnRecv, Reason: "an answer is in progress"}
 	}
-	pol := id.resp.Policy()
-	rej := id.resp.RejectFrame(nil)
-	if max := pol.MaxULPPrivateDataIn(&rej); len(privateData) > max {
+	if err := id.resp.CheckReject(privateData); err != nil {
 		id.mu.Unlock()
-		return fmt.Errorf("cm: reject: %w: %d bytes, at most %d", mpa.ErrPrivateDataLimit, len(privateData), max)
+		return fmt.Errorf("cm: reject: %w", err)
 	}
 	// As iw_cm_reject: the state is IDLE before the provider is told, so
 	// nothing that happens next reaches the ULP.

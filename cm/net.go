@@ -2,6 +2,7 @@ package cm
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 
@@ -223,8 +224,9 @@ func Dial(ctx context.Context, addr string, dev *rdmap.Device, p ConnParam) (*Co
 
 // Dial connects to the TCP address addr, runs the MPA handshake and
 // starts p.QP on the connection. ctx bounds the whole setup (as does the
-// Config's ReplyTimeout). A reject comes back as a *RejectError carrying
-// the peer's private data; other failures as a *ConnectError.
+// Config's ReplyTimeout). A reject comes back as the *mpa.RejectedError
+// of the handshake (the peer's private data in Reply.PrivateData); other
+// failures as a *ConnectError.
 func (d *Dialer) Dial(ctx context.Context, addr string, dev *rdmap.Device, p ConnParam) (*Conn, error) {
 	c := &Conn{qp: p.QP, done: make(chan struct{})}
 	reply := make(chan *Event, 1)
@@ -249,7 +251,8 @@ func (d *Dialer) Dial(ctx context.Context, addr string, dev *rdmap.Device, p Con
 	case ev := <-reply:
 		if ev.Status != StatusOK {
 			id.Destroy()
-			if rej, ok := ev.Err.(*RejectError); ok {
+			var rej *mpa.RejectedError
+			if errors.As(ev.Err, &rej) {
 				return nil, rej
 			}
 			return nil, &ConnectError{Status: ev.Status, Err: ev.Err}

@@ -72,8 +72,8 @@ func TestNetStyle(t *testing.T) {
 		}
 	}()
 	_, err = cm.Dial(ctx, ln.Addr().String(), dev, cm.ConnParam{QP: testutil.NewFakeQP()})
-	var rej *cm.RejectError
-	if !errors.As(err, &rej) || !bytes.Equal(rej.PrivateData, []byte("busy")) || !rej.Reply.Reject {
+	var rej *mpa.RejectedError
+	if !errors.As(err, &rej) || !bytes.Equal(rej.Reply.PrivateData, []byte("busy")) || !rej.Reply.Reject {
 		t.Errorf("dial rejected: %v", err)
 	}
 
@@ -132,7 +132,7 @@ func TestNetStyleCloseRejectsPending(t *testing.T) {
 	if err := req.Reject(nil); err != nil {
 		t.Errorf("reject after close: %v", err)
 	}
-	var rej *cm.RejectError
+	var rej *mpa.RejectedError
 	if err := <-dialed; !errors.As(err, &rej) {
 		t.Errorf("dial: %v", err)
 	}

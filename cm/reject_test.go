@@ -23,31 +23,14 @@ func TestRejectContractStress(t *testing.T) {
 		n = 60
 	}
 	dev := newDev(t)
-	var seq atomic.Int64 // one clock for event arrivals and Reject returns
-
-	type childLog struct {
-		mu       sync.Mutex
-		arrivals []int64 // seq at each handler entry
-		types    []cm.EventType
-		rejected int64 // seq when Reject returned nil; 0 if it did not
-		accepted bool
-	}
-	var logs sync.Map // *cm.ID -> *childLog
-	logOf := func(id *cm.ID) *childLog {
-		v, _ := logs.LoadOrStore(id, &childLog{})
-		return v.(*childLog)
-	}
+	var clock eventClock  // its end: Reject returned nil
+	var accepted sync.Map // *cm.ID -> true once Accept returned nil
 	outside := make(chan *cm.ID, n)
 	var k atomic.Int64
 	var outsideWG sync.WaitGroup
 
 	handler := func(id *cm.ID, ev *cm.Event) error {
-		s := seq.Add(1)
-		cl := logOf(id)
-		cl.mu.Lock()
-		cl.arrivals = append(cl.arrivals, s)
-		cl.types = append(cl.types, ev.Type)
-		cl.mu.Unlock()
+		clock.arrive(id, ev)
 		if ev.Type != cm.EventConnectRequest {
 			return nil
 		}
@@ -58,10 +41,7 @@ func TestRejectContractStress(t *testing.T) {
 				t.Errorf("reject inside: %v", err)
 				return nil
 			}
-			r := seq.Add(1)
-			cl.mu.Lock()
-			cl.rejected = r
-			cl.mu.Unlock()
+			clock.end(id)
 		default: // outside
 			outside <- id
 		}
@@ -76,14 +56,10 @@ func TestRejectContractStress(t *testing.T) {
 		go func() {
 			defer outsideWG.Done()
 			for id := range outside {
-				cl := logOf(id)
 				reject := func() {
 					err := id.Reject([]byte("out"))
 					if err == nil {
-						r := seq.Add(1)
-						cl.mu.Lock()
-						cl.rejected = r
-						cl.mu.Unlock()
+						clock.end(id)
 					} else if !errors.Is(err, cm.ErrInvalidState) {
 						t.Errorf("reject outside: %v", err)
 					}
@@ -101,9 +77,7 @@ func TestRejectContractStress(t *testing.T) {
 					defer wg.Done()
 					<-start
 					if err := id.Accept(cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err == nil {
-						cl.mu.Lock()
-						cl.accepted = true
-						cl.mu.Unlock()
+						accepted.Store(id, true)
 					}
 				}()
 				go func() {
@@ -144,26 +118,21 @@ func TestRejectContractStress(t *testing.T) {
 	l.Destroy()
 
 	nReject, nAccept := 0, 0
-	logs.Range(func(key, v any) bool {
-		id, cl := key.(*cm.ID), v.(*childLog)
+	clock.each(func(id *cm.ID, _ []cm.EventType, rejected bool) {
 		id.Destroy()
-		cl.mu.Lock()
-		defer cl.mu.Unlock()
-		if cl.rejected != 0 {
+		_, acc := accepted.Load(id)
+		if rejected {
 			nReject++
-			if cl.accepted {
+			if acc {
 				t.Errorf("%v: both Accept and Reject succeeded", id)
 			}
-			for i, s := range cl.arrivals {
-				if s > cl.rejected {
-					t.Errorf("%v: %v arrived after Reject returned", id, cl.types[i])
-				}
+			if late := clock.late(id); len(late) != 0 {
+				t.Errorf("%v: %v arrived after Reject returned", id, late)
 			}
 		}
-		if cl.accepted {
+		if acc {
 			nAccept++
 		}
-		return true
 	})
 	byPD := map[string]int{}
 	for _, r := range replies {

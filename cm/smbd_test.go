@@ -157,8 +157,8 @@ func runSMBDCase(t *testing.T, l *cm.ID, srv *recorder, qps *sync.Map, ip mpa.Po
 	}
 	switch rep.Status {
 	case cm.StatusRejected:
-		var rej *cm.RejectError
-		if !errors.As(rep.Err, &rej) || len(rej.PrivateData) != 0 {
+		var rej *mpa.RejectedError
+		if !errors.As(rep.Err, &rej) || len(rej.Reply.PrivateData) != 0 {
 			t.Errorf("reject %v, want one without private data", rep.Err)
 		}
 		return

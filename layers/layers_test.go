@@ -60,7 +60,7 @@ const siwReadResponseHex = "004ec1428ad0ef000000556e5a37e53072646d612d70696e672d
 const siwNonZeroPadHex = "00144143000000000000000000000004000000003300004000000000"
 
 // Linux siw's Terminate for a Send to an invalid queue, built from the
-// octets observed in the lab (notes §9): DDP ctrl 0x41, RDMAP ctrl 0x47,
+// octets observed in the interop lab: DDP ctrl 0x41, RDMAP ctrl 0x47,
 // QN 2, MSN 1, MO 0, control word "21 01 03 00" (siw's bitfield layout:
 // DDP / untagged buffer / invalid QN, M and D), segment length 16 and the
 // terminated untagged header (QN 7).

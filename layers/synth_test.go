@@ -263,7 +263,8 @@ func allOpcodeFPDUs(tb testing.TB, fr MPAFraming) [][]byte {
 
 // siwTerminate is a Terminate as Linux siw writes it on x86 (its control
 // word in little-endian bitfield order): DDP / untagged / invalid QN with
-// M and D set, as observed in the lab (notes §9: "21 01 03 00").
+// M and D set, as observed in the interop lab: "21 01 03 00" (the layout
+// rdmap/wire.LayoutSiw documents).
 func siwTerminate(tb testing.TB, fr MPAFraming, msn uint32) []byte {
 	tb.Helper()
 	hdr := untagged(OpSend, 7, 1, 0, true)

@@ -53,6 +53,22 @@
 // The handshake (handshake.go) is straight-line code
 // on top of the frame functions.
 //
+// # Connection setup
+//
+// handshake.go holds the two halves of the MPA connection setup
+// (RFC 5044 §7.1, RFC 6581) as straight-line code on the frame functions:
+// Initiator.Handshake, and ReadRequest then Responder.Accept or Reject.
+// Each failure is answered the way RFC 5044/6581 and Linux siw answer it
+// (a Reply with R set, an LLP Terminate framed by this package, or
+// nothing) and returned as a *HandshakeError saying which, or as a
+// *RejectedError when the peer rejected; neither half closes the
+// connection. handshake_policy.go holds the Policy (revision, CRC,
+// markers, P2P and RTR types, IRD/ORD and private-data limits) and the one
+// check of the IRD/ORD and private data this side sends, which the
+// Request, the accepting Reply and the reject share; a caller can run it
+// without I/O (Initiator.Request, Responder.Negotiate, CheckReject).
+// termcode.go holds the MPA error codes of an LLP Terminate (TermCode).
+//
 // # MPA revision 1 with the [MS-SMBD] IRD/ORD header
 //
 // Revision 1 has no RFC 6581 block. SMB Direct ([MS-SMBD] section 6.1,

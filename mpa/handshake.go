@@ -331,11 +331,11 @@ func (h *Initiator) request(p *Policy) (Frame, error) {
 		PrivateData: h.PrivateData,
 	}
 	ird, ord := h.IRD, h.ORD
-	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
-		return Frame{}, fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
+	if err := p.checkIRDORD(ird, ord); err != nil {
+		return Frame{}, err
 	}
-	if len(h.PrivateData) > p.MaxULPPrivateDataIn(&f) {
-		return Frame{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(h.PrivateData), p.MaxULPPrivateDataIn(&f))
+	if err := p.checkPrivateData(h.PrivateData, &f); err != nil {
+		return Frame{}, err
 	}
 	if f.SMBD {
 		// [MS-SMBD] section 6.1: IRD and ORD first in the private data,
@@ -624,8 +624,8 @@ func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
 	pol := r.p
 	pol.MaxIRD, pol.MaxORD = lowerLimit(pol.MaxIRD, r.limIRD), lowerLimit(pol.MaxORD, r.limORD)
 	p := &pol
-	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
-		return Frame{}, Params{}, fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
+	if err := p.checkIRDORD(ird, ord); err != nil {
+		return Frame{}, Params{}, err
 	}
 	rev := min(r.req.Rev, p.Rev)
 	enhanced := r.req.Enhanced && rev == Rev2
@@ -639,8 +639,8 @@ func (r *Responder) Negotiate(ird, ord int, pd []byte) (Frame, Params, error) {
 		SMBD:        smbd,
 		PrivateData: pd,
 	}
-	if len(pd) > p.MaxULPPrivateDataIn(&rep) {
-		return Frame{}, Params{}, fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), p.MaxULPPrivateDataIn(&rep))
+	if err := p.checkPrivateData(pd, &rep); err != nil {
+		return Frame{}, Params{}, err
 	}
 	params := Params{
 		Rev:                rev,
@@ -733,20 +733,28 @@ func (r *Responder) rejectFrame(pd []byte) Frame {
 // PrivateData aliases pd.
 func (r *Responder) RejectFrame(pd []byte) Frame { return r.rejectFrame(pd) }
 
+// CheckReject returns the error Reject would return for pd before
+// sending anything (pd over the policy's limit for RejectFrame's frame:
+// ErrPrivateDataLimit), or nil. It does no I/O and leaves the Request
+// unanswered.
+func (r *Responder) CheckReject(pd []byte) error {
+	rej := r.rejectFrame(nil)
+	return r.p.checkPrivateData(pd, &rej)
+}
+
 // Reject answers the Request with a Reply with R set carrying pd (after
 // the RFC 6581 block when the Request was enhanced, after the [MS-SMBD]
 // header when it carried one; see RejectFrame), written within ctx. pd is
-// copied before Reject returns. pd over the policy's limit
-// (MaxULPPrivateDataIn of RejectFrame) is refused with ErrPrivateDataLimit
-// and nothing sent; the Request may still be answered.
+// copied before Reject returns. After an error from CheckReject's check
+// nothing was written and the Request may still be answered.
 func (r *Responder) Reject(ctx context.Context, pd []byte) error {
 	if r.answered {
 		return ErrAnswered
 	}
-	rej := r.rejectFrame(pd)
-	if len(pd) > r.p.MaxULPPrivateDataIn(&rej) {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), r.p.MaxULPPrivateDataIn(&rej))
+	if err := r.CheckReject(pd); err != nil {
+		return err
 	}
+	rej := r.rejectFrame(pd)
 	r.answered = true
 	release := bindContext(ctx, r.conn)
 	err := r.write(&rej)

@@ -344,6 +344,27 @@ func (p *Policy) firstSendDelay(replyTime time.Duration) time.Duration {
 	return p.FirstSendDelay
 }
 
+// checkIRDORD returns an error wrapping ErrIRDORDLimit unless ird is in
+// 0..p.MaxIRD and ord in 0..p.MaxORD: the IRD and ORD a side may send, as
+// initiator (Initiator.Request) and as responder (Responder.Negotiate).
+func (p *Policy) checkIRDORD(ird, ord int) error {
+	if ird < 0 || ird > p.MaxIRD || ord < 0 || ord > p.MaxORD {
+		return fmt.Errorf("%w: IRD %d ORD %d, limits %d/%d", ErrIRDORDLimit, ird, ord, p.MaxIRD, p.MaxORD)
+	}
+	return nil
+}
+
+// checkPrivateData returns an error wrapping ErrPrivateDataLimit when pd
+// is more ULP private data than the frame f this side sends (Request,
+// Reply or reject) may carry under p, with f's RFC 6581 block and
+// [MS-SMBD] header (MaxULPPrivateDataIn).
+func (p *Policy) checkPrivateData(pd []byte, f *Frame) error {
+	if max := p.MaxULPPrivateDataIn(f); len(pd) > max {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrPrivateDataLimit, len(pd), max)
+	}
+	return nil
+}
+
 // MaxULPPrivateData returns the most ULP private data (without the RFC 6581
 // block) a frame may carry under p, with or without that block.
 func (p *Policy) MaxULPPrivateData(enhanced bool) int {

@@ -308,8 +308,9 @@ func TestPairOverTCP(t *testing.T) {
 	}
 }
 
-// Linux siw's bytes, as captured in the lab (testdata/linux-siw in the
-// shared lab folder; reproduced here so the package tests stand alone).
+// Linux siw's bytes, as captured in the interop lab (the frames of
+// cm/testdata, see its README; reproduced here so the package tests stand
+// alone).
 var (
 	siwRequest       = mustHex("4d504120494420526571204672616d65" + "10020004" + "00010001")
 	siwReplyV2       = mustHex("4d504120494420526570204672616d65" + "10020004" + "00010001")
@@ -658,6 +659,12 @@ func TestAnswerOnce(t *testing.T) {
 	}
 	if _, err := r.Accept(ctx, 1, 1, make([]byte, 13)); !errors.Is(err, ErrPrivateDataLimit) {
 		t.Errorf("13 bytes into 16-4: %v", err)
+	}
+	if err := r.CheckReject(make([]byte, 13)); !errors.Is(err, ErrPrivateDataLimit) {
+		t.Errorf("check reject 13 bytes: %v", err)
+	}
+	if err := r.CheckReject(make([]byte, 12)); err != nil {
+		t.Errorf("check reject 12 bytes: %v", err)
 	}
 	if err := r.Reject(ctx, make([]byte, 13)); !errors.Is(err, ErrPrivateDataLimit) {
 		t.Errorf("reject 13 bytes: %v", err)

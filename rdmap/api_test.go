@@ -178,10 +178,10 @@ func TestPostValidation(t *testing.T) {
 	if err := s2.qp.PostSend(rdmap.SendWR{Op: rdmap.WRCmpSwap, SGL: []rdmap.SGE{mr.SGE(0, 4)}}); err != rdmap.ErrInvalidSGE {
 		t.Errorf("4-byte atomic sink: %v", err)
 	}
-	if _, err := s.pd.CreateQP(&rdmap.QPConfig{}); err != rdmap.ErrConfig {
+	if _, err := s.pd.CreateQP(&rdmap.QPConfig{}); !errors.Is(err, rdmap.ErrConfig) {
 		t.Errorf("QP without CQs: %v", err)
 	}
-	if _, err := s.pd.CreateQP(&rdmap.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendSGE: rdmap.MaxSGE + 1}); err != rdmap.ErrConfig {
+	if _, err := s.pd.CreateQP(&rdmap.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendSGE: rdmap.MaxSGE + 1}); !errors.Is(err, rdmap.ErrConfig) {
 		t.Errorf("too many SGEs: %v", err)
 	}
 	a, b := rdmaptest.ConnPair(t, false)

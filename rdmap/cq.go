@@ -54,7 +54,7 @@ type CQ struct {
 // what follows (the CQ and its QPs fail, no completion is lost).
 func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n <= 0 {
-		return nil, ErrConfig
+		return nil, errConfigf("CreateCQ: %d completions, want at least 1", n)
 	}
 	return &CQ{dev: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}, nil
 }

@@ -29,6 +29,13 @@ var (
 	ErrWrongPD      = errors.New("rdmap: object belongs to another protection domain")
 )
 
+// errConfigf returns an error that matches ErrConfig with errors.Is and
+// names what is wrong: the field or parameter and its value, as in
+// "rdmap: invalid configuration: QPConfig.MaxSendWR -1 outside 0..1048576".
+func errConfigf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
 // TerminateError is a QP-fatal error that travelled (or would travel) in
 // an RDMAP Terminate message (RFC 5040 §4.8): Remote says whether the peer
 // sent it or this side detected the error and sent it. Layer, EType and

@@ -36,7 +36,7 @@ func (m Msg) SGE(n int) SGE {
 // pd with the given access.
 func (pd *PD) NewMsgPool(size, count int, access Access) (*MsgPool, error) {
 	if size <= 0 || count <= 0 {
-		return nil, ErrConfig
+		return nil, errConfigf("NewMsgPool: size %d and count %d, want both at least 1", size, count)
 	}
 	p := &MsgPool{}
 	var backing []byte

@@ -87,33 +87,31 @@ type QPConfig struct {
 }
 
 func (c *QPConfig) populate() error {
-	if c.SendCQ == nil || c.RecvCQ == nil {
-		return ErrConfig
+	if c.SendCQ == nil {
+		return errConfigf("QPConfig.SendCQ is nil")
 	}
-	def := func(v *int, d, max int) error {
-		if *v == 0 {
-			*v = d
-		}
-		if *v < 0 || *v > max {
-			return ErrConfig
-		}
-		return nil
+	if c.RecvCQ == nil {
+		return errConfigf("QPConfig.RecvCQ is nil")
 	}
 	for _, f := range []struct {
+		name   string
 		v      *int
 		d, max int
 	}{
-		{&c.MaxSendWR, defaultWR, 1 << 20}, {&c.MaxRecvWR, defaultWR, 1 << 20},
-		{&c.MaxSendSGE, defaultSGE, MaxSGE}, {&c.MaxRecvSGE, defaultSGE, MaxSGE},
-		{&c.MaxInline, defaultInline, MaxInlineData},
-		{&c.MaxIRD, MaxIRDORD, MaxIRDORD}, {&c.MaxORD, MaxIRDORD, MaxIRDORD},
+		{"MaxSendWR", &c.MaxSendWR, defaultWR, 1 << 20}, {"MaxRecvWR", &c.MaxRecvWR, defaultWR, 1 << 20},
+		{"MaxSendSGE", &c.MaxSendSGE, defaultSGE, MaxSGE}, {"MaxRecvSGE", &c.MaxRecvSGE, defaultSGE, MaxSGE},
+		{"MaxInline", &c.MaxInline, defaultInline, MaxInlineData},
+		{"MaxIRD", &c.MaxIRD, MaxIRDORD, MaxIRDORD}, {"MaxORD", &c.MaxORD, MaxIRDORD, MaxIRDORD},
 	} {
-		if err := def(f.v, f.d, f.max); err != nil {
-			return err
+		if *f.v == 0 {
+			*f.v = f.d
+		}
+		if *f.v < 0 || *f.v > f.max {
+			return errConfigf("QPConfig.%s %d outside 0..%d", f.name, *f.v, f.max)
 		}
 	}
 	if c.MaxULPDU != 0 && (c.MaxULPDU < minULPDU || c.MaxULPDU > mpa.MaxULPDU) {
-		return ErrConfig
+		return errConfigf("QPConfig.MaxULPDU %d outside %d..%d", c.MaxULPDU, minULPDU, mpa.MaxULPDU)
 	}
 	if c.DisconnectTimeout <= 0 {
 		c.DisconnectTimeout = defaultDisconnectTimeout
@@ -253,7 +251,7 @@ type rqEntry struct {
 // posted at once; sends queue until Start.
 func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	if cfg == nil {
-		return nil, ErrConfig
+		return nil, errConfigf("CreateQP: nil QPConfig")
 	}
 	c := *cfg
 	if err := c.populate(); err != nil {
@@ -390,7 +388,7 @@ func (qp *QP) ring() {
 // posted work. p.Leftover is consumed before conn is read.
 func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 	if conn == nil || p == nil {
-		return ErrConfig
+		return errConfigf("Start: nil connection (%t) or parameters (%t)", conn == nil, p == nil)
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()

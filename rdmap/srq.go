@@ -37,8 +37,11 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 	if c.MaxSGE == 0 {
 		c.MaxSGE = defaultSGE
 	}
-	if c.MaxWR < 0 || c.MaxWR > 1<<20 || c.MaxSGE < 0 || c.MaxSGE > MaxSGE {
-		return nil, ErrConfig
+	if c.MaxWR < 0 || c.MaxWR > 1<<20 {
+		return nil, errConfigf("SRQConfig.MaxWR %d outside 0..%d", c.MaxWR, 1<<20)
+	}
+	if c.MaxSGE < 0 || c.MaxSGE > MaxSGE {
+		return nil, errConfigf("SRQConfig.MaxSGE %d outside 0..%d", c.MaxSGE, MaxSGE)
 	}
 	return &SRQ{pd: pd, maxWR: c.MaxWR, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
 }

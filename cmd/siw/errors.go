@@ -22,7 +22,7 @@ import (
 // timed out, or terminated (layer/type/code by name). what names the
 // service to look for at addr in the unreachable case.
 func explain(addr, what string, err error) error {
-	var rej *cm.RejectError
+	var rej *mpa.RejectedError
 	var ce *cm.ConnectError
 	var te *rdmap.TerminateError
 	var he *mpa.HandshakeError
@@ -30,7 +30,7 @@ func explain(addr, what string, err error) error {
 	case errors.As(err, &he) && he.Raw != nil:
 		return fmt.Errorf("not an iWARP peer: %s answered %s to an MPA Request", addr, textOrHex(bytes.TrimRight(he.Raw, "\r\n"), "that are not an MPA Reply"))
 	case errors.As(err, &rej):
-		return fmt.Errorf("rejected by %s (%s): %s", addr, cm.RejectMsg(-int(syscall.ECONNREFUSED)), printable(rej.PrivateData))
+		return fmt.Errorf("rejected by %s (%s): %s", addr, cm.RejectMsg(-int(syscall.ECONNREFUSED)), printable(rej.Reply.PrivateData))
 	case errors.As(err, &te):
 		who := "this side detected an error and sent"
 		if te.Remote {

@@ -20,6 +20,7 @@ import (
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -111,11 +112,11 @@ func TestACLRefusalCarriesReason(t *testing.T) {
 	e, _ := rping.NewEndpoint(dev.AllocPD(), 64, true)
 	defer e.Close()
 	_, err := cm.Dial(ctx, s.Addr().String(), dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
-	var rej *cm.RejectError
+	var rej *mpa.RejectedError
 	if !errors.As(err, &rej) {
 		t.Fatalf("dial from a refused network: %v, want a reject", err)
 	}
-	if got := string(rej.PrivateData); !strings.Contains(got, "127.0.0.1 is not allowed") || len(got) > MaxReasonLen {
+	if got := string(rej.Reply.PrivateData); !strings.Contains(got, "127.0.0.1 is not allowed") || len(got) > MaxReasonLen {
 		t.Fatalf("reject reason %q", got)
 	}
 	if v := testCounter(t, m, `siwd_handshakes_total{reason="acl",result="rejected"}`); v != "1" {
@@ -228,9 +229,9 @@ func TestRegionReadWrite(t *testing.T) {
 }
 
 func rejectText(err error) string {
-	var rej *cm.RejectError
+	var rej *mpa.RejectedError
 	if errors.As(err, &rej) {
-		return string(rej.PrivateData)
+		return string(rej.Reply.PrivateData)
 	}
 	return ""
 }

@@ -412,9 +412,9 @@ func (h *Host) openQueue(ctx context.Context, qid uint16, depth int, pd []byte) 
 	}
 	conn, err := (&cm.Dialer{Config: h.cfg.CM}).Dial(ctx, h.addr, h.dev, cm.ConnParam{QP: q.qp, IRD: 16, ORD: 0, PrivateData: pd})
 	if err != nil {
-		var rej *cm.RejectError
+		var rej *mpa.RejectedError
 		if errors.As(err, &rej) {
-			if r, perr := ParseCMReject(rej.PrivateData); perr == nil {
+			if r, perr := ParseCMReject(rej.Reply.PrivateData); perr == nil {
 				err = &RejectError{QID: qid, Status: r.Status, Err: err}
 			}
 		}

@@ -317,12 +317,12 @@ func TestReject(t *testing.T) {
 		"gosiw-perf/1 op=write size=1000000000": "gosiw-perf/1 error: size 1000000000 out of range [1, 67108864]",
 	} {
 		_, err := dialRaw(t, addr, []byte(pd))
-		var rej *cm.RejectError
+		var rej *mpa.RejectedError
 		if !errors.As(err, &rej) {
 			t.Fatalf("%q: %v, want a reject", pd, err)
 		}
-		if string(rej.PrivateData) != want {
-			t.Errorf("%q: reason %q, want %q", pd, rej.PrivateData, want)
+		if string(rej.Reply.PrivateData) != want {
+			t.Errorf("%q: reason %q, want %q", pd, rej.Reply.PrivateData, want)
 		}
 	}
 	stop()

@@ -18,10 +18,10 @@ import (
 // o.Duration or when ctx is done, whichever comes first; either way the
 // streams then drain, exchange their final counts with the responder (an
 // error if they disagree or the data was wrong) and disconnect. A failed
-// connection comes back as the cm's error: a *cm.RejectError carrying the
-// responder's reason, or a *cm.ConnectError; a connection that fails
-// during the test wraps the QP's error (a *rdmap.TerminateError for a
-// Terminate). The Result is returned, partial, with a stream's error.
+// connection comes back as the cm's error: an *mpa.RejectedError carrying
+// the responder's reason (Reply.PrivateData), or a *cm.ConnectError; a
+// connection that fails during the test wraps the QP's error (a
+// *rdmap.TerminateError for a Terminate). The Result is returned, partial, with a stream's error.
 func Run(ctx context.Context, addr string, o *Options) (*Result, error) {
 	c, err := o.resolve()
 	if err != nil {

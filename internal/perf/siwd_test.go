@@ -9,6 +9,7 @@ import (
 
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/daemon"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -81,14 +82,14 @@ func TestServiceMemoryBudget(t *testing.T) {
 	}
 	refusal := func(err error) string {
 		t.Helper()
-		var rej *cm.RejectError
+		var rej *mpa.RejectedError
 		if !errors.As(err, &rej) {
 			t.Fatalf("%v, want a reject", err)
 		}
-		if len(rej.PrivateData) > MaxPrivateData {
-			t.Errorf("reject reason of %d bytes", len(rej.PrivateData))
+		if len(rej.Reply.PrivateData) > MaxPrivateData {
+			t.Errorf("reject reason of %d bytes", len(rej.Reply.PrivateData))
 		}
-		return string(rej.PrivateData)
+		return string(rej.Reply.PrivateData)
 	}
 
 	if _, err := dial(Params{Op: OpRead, Size: 8 << 20, Depth: 1}); !strings.Contains(refusal(err), "over the limit of 4194304 per connection") {

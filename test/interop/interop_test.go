@@ -182,7 +182,7 @@ func TestInterop(t *testing.T) {
 		{"MPA rev 2, CRC requested", mpa.Policy{CRC: mpa.CRCOn}, expect(func(p mpa.Params) error { return want(p.CRC, "CRC off") })},
 		{"MPA rev 2, CRC not requested", mpa.Policy{}, expect(func(p mpa.Params) error { return want(!p.CRC, "CRC on") })},
 		{"MPA markers requested (siw refuses)", mpa.Policy{Markers: mpa.MarkersRequest}, func(_ *cm.Conn, err error) error {
-			var rej *cm.RejectError
+			var rej *mpa.RejectedError
 			if errors.As(err, &rej) {
 				return nil
 			}
@@ -216,8 +216,8 @@ func TestInterop(t *testing.T) {
 	}
 
 	// 3b. siw probe against Linux rping -s (persistent: one connection
-	// per question): its table must match what section 9 of the notes
-	// observed by hand.
+	// per question): its table must match what test/interop/lab/README.md
+	// records of siw probe against rping -s -P, observed by hand.
 	{
 		st := g.run("timeout 60 rping -s -P -a 0.0.0.0 -p 7174 & P=$!; sleep 1; touch {{READY}}; wait $P")
 		err := st.ready(30 * time.Second)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # run-cm-lab.sh - gosiw's connection manager against Linux siw in the
-# linux-siw-vm lab (../../../../shared/tools/linux-siw-vm, built with
+# linux-siw-vm lab (its directory given as LAB, built there with
 # LAB_OUT=$LAB_OUT ./build.sh). Writes $LAB_OUT/cm-lab.txt.
 #
 #   LAB=PATH/TO/linux-siw-vm LAB_OUT=/tmp/siw-lab ./run-cm-lab.sh
