@@ -46,13 +46,14 @@
 // failed to run (and with -strict also when a target is missed).
 //
 // Before the table, unless -idleqps is 0, it connects that many idle QP
-// pairs over loopback and reports the heap and stacks each pair holds
-// (idle.go).
+// pairs over loopback and reports the heap and stacks each pair holds,
+// and what each step of the setup added (idle.go); -idleprofile writes a
+// heap profile of them, for the structures behind each step.
 //
 // Usage:
 //
 //	go run ./test/bench [-time 200ms] [-count 5] [-links lo,veth] [-run regexp] [-json] [-strict]
-//	                    [-mirrored=false] [-iperf3=false] [-idleqps 1000]
+//	                    [-mirrored=false] [-iperf3=false] [-idleqps 1000] [-idleprofile file]
 //	                    [-cpuprofile file | -profiledir dir] [-only gosiw|raw] [-maxulpdu n] [-q]
 //
 // -profiledir writes a CPU profile of every run of every gosiw case
@@ -285,6 +286,9 @@ type options struct {
 	mirrored   bool // also run the mirrored baselines (a diagnostic)
 	iperf3     bool // also run iperf3, when installed, as the ceiling
 	idleQPs    int  // idle QP pairs to measure (0: none)
+	// idleProfile, when set, is where a heap profile of the idle QP
+	// pairs goes, taken once they are connected.
+	idleProfile string
 }
 
 func main() {
@@ -309,6 +313,7 @@ func main() {
 	fs.BoolVar(&o.mirrored, "mirrored", true, "also run the mirrored baselines (the QP's goroutine structure over TCP; a diagnostic column)")
 	fs.BoolVar(&o.iperf3, "iperf3", true, "also run iperf3, when installed, and print its figure as the ceiling")
 	fs.IntVar(&o.idleQPs, "idleqps", 1000, "connect this many idle QP pairs over loopback and report the memory per pair (0: skip)")
+	fs.StringVar(&o.idleProfile, "idleprofile", "", "write a heap profile of the idle QP pairs, once connected, to `file` (go tool pprof -sample_index=inuse_space)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", fs.Args())
@@ -385,6 +390,10 @@ func benchMain(o *options) int {
 			return 2
 		}
 	}
+	if o.idleProfile != "" {
+		// Every allocation of the idle pairs, not a sample.
+		runtime.MemProfileRate = 1
+	}
 	r := newRunner(o)
 	r.plan()
 	if len(r.cases) == 0 {
@@ -396,6 +405,9 @@ func benchMain(o *options) int {
 	if o.idleQPs > 0 && o.only != "raw" {
 		if !o.quiet {
 			fmt.Fprintf(os.Stderr, "idle QPs: connecting %d pairs\n", o.idleQPs)
+		}
+		if o.idleProfile != "" {
+			idleProfile = func() error { return writeHeapProfile(o.idleProfile) }
 		}
 		res, err := idleQPMemory(o.idleQPs)
 		r.idle, r.idleErr = &res, err
@@ -1154,4 +1166,18 @@ type jsonCeil struct {
 	Link          string  `json:"link"`
 	BitsPerSecond float64 `json:"bits_per_second,omitempty"`
 	Error         string  `json:"error,omitempty"`
+}
+
+// writeHeapProfile writes the heap profile (after a GC) to name.
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

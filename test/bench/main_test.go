@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -149,6 +150,23 @@ func TestIdleQPMemory(t *testing.T) {
 	}
 	if res.Pairs != 10 || res.Goroutines <= 0 {
 		t.Errorf("result %+v", res)
+	}
+	// The steps add up to the totals: connected is every step to
+	// "start", after-send all of them.
+	var sum, connected float64
+	var names []string
+	for _, st := range res.Stages {
+		sum += st.Heap + st.Stack
+		if st.Name == "start" {
+			connected = sum
+		}
+		names = append(names, st.Name)
+	}
+	if got := strings.Join(names, " "); got != "tcp cq qp start send" {
+		t.Errorf("stages %q", got)
+	}
+	if math.Abs(connected-res.Connected) > 1 || math.Abs(sum-res.AfterSend) > 1 || res.TCP != res.Stages[0].Heap+res.Stages[0].Stack {
+		t.Errorf("stages %+v do not add up to %+v", res.Stages, res)
 	}
 	t.Logf("%+v", res)
 }
