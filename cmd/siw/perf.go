@@ -149,7 +149,8 @@ func newPerfOpCmd(op string) *cobra.Command {
 	fl.VarP(&f.time, "time", "t", "seconds to measure (or a duration: 500ms)")
 	fl.VarP(&f.interval, "interval", "i", "seconds between interval reports; 0 for none")
 	fl.IntVarP(&f.parallel, "parallel", "P", 1, "parallel streams (connections, QPs)")
-	fl.IntVarP(&f.depth, "depth", "d", perf.DefaultDepth, fmt.Sprintf("work requests each stream keeps outstanding, 1 to %d (read: at most the granted ORD)", perf.MaxDepth))
+	fl.IntVarP(&f.depth, "depth", "d", 0, fmt.Sprintf("work requests each stream keeps outstanding, 1 to %d (read: at most the granted ORD; default: enough for %s in flight, %d to %d)",
+		perf.MaxDepth, size.Format(perf.DefaultInFlight), perf.DefaultDepth, perf.MaxDepth))
 	fl.BoolVar(&f.crc, "crc", false, "ask for MPA CRC32c")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of text")
 	fl.BoolVar(&f.tcp, "tcp", false, "then run the same test over raw TCP and print the gosiw/TCP ratio")
@@ -220,7 +221,7 @@ func perfClientOptions(cmd *cobra.Command, opName, addr string, f *perfClientFla
 		return o, "", errors.New("perf: -t/--time must be more than 0")
 	case f.parallel < 1:
 		return o, "", fmt.Errorf("perf: -P/--parallel %d: want 1 to 128 streams", f.parallel)
-	case f.depth < 1 || f.depth > perf.MaxDepth:
+	case fl.Changed("depth") && (f.depth < 1 || f.depth > perf.MaxDepth):
 		return o, "", fmt.Errorf("perf: -d/--depth %d: want 1 to %d work requests in flight", f.depth, perf.MaxDepth)
 	case o.Op == perf.OpPingPong && fl.Changed("depth") && f.depth != 1:
 		return o, "", fmt.Errorf("perf: -d/--depth %d: --pingpong keeps one message in flight", f.depth)
@@ -236,8 +237,8 @@ func perfClientOptions(cmd *cobra.Command, opName, addr string, f *perfClientFla
 			o.Size = perf.DefaultPingPongSize
 		}
 	}
-	if o.Op == perf.OpPingPong {
-		o.Depth = 1
+	if o.Depth == 0 || o.Op == perf.OpPingPong {
+		o.Depth = perf.DefaultDepthFor(o.Op, o.Size)
 	}
 	if err := o.Validate(); err != nil {
 		return o, "", err

@@ -97,8 +97,8 @@ func TestPerfText(t *testing.T) {
 		t.Errorf("%d interval lines, %d summary lines:\n%s", intervals, summaries, out)
 	}
 	for _, want := range []string{
-		"Connecting to " + addr + ": gosiw RDMA Write, 16384-byte messages, depth 16, 2 streams, 200ms, CRC on",
-		"connected to 127.0.0.1 port", "(gosiw, depth 16, CRC on)",
+		"Connecting to " + addr + ": gosiw RDMA Write, 16384-byte messages, depth 64, 2 streams, 200ms, CRC on",
+		"connected to 127.0.0.1 port", "(gosiw, depth 64, CRC on)",
 		"[ ID] Interval           Transfer     Bitrate          Messages",
 		"Raw TCP baseline to " + tcpAddr,
 		"gosiw/TCP throughput: ",
@@ -404,7 +404,7 @@ func TestPerfServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := next(); !regexp.MustCompile(`^\[  1\] accepted 127\.0\.0\.1:\d+: send, 1000-byte messages, depth 16, CRC off$`).MatchString(l) {
+	if l := next(); !regexp.MustCompile(`^\[  1\] accepted 127\.0\.0\.1:\d+: send, 1000-byte messages, depth 128, CRC off$`).MatchString(l) {
 		t.Errorf("accepted line %q", l)
 	}
 	// The responder's count of the messages it received.

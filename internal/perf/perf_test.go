@@ -519,3 +519,80 @@ func TestTerminate(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestDefaultDepth checks the depth a stream takes when none is given:
+// about DefaultInFlight bytes of messages, within DefaultDepth and
+// MaxDepth, and one for a pingpong.
+func TestDefaultDepth(t *testing.T) {
+	for _, c := range []struct {
+		op         Op
+		size, want int
+	}{
+		{OpSend, 64, MaxDepth}, {OpWrite, 8 << 10, MaxDepth}, {OpRead, 16 << 10, 64},
+		{OpWrite, 64 << 10, DefaultDepth}, {OpSend, 1 << 20, DefaultDepth}, {OpWrite, MaxSize, DefaultDepth},
+		{OpPingPong, 64, 1}, {OpPingPong, 1 << 20, 1},
+	} {
+		if got := DefaultDepthFor(c.op, c.size); got != c.want {
+			t.Errorf("DefaultDepthFor(%v, %d) = %d, want %d", c.op, c.size, got, c.want)
+		}
+		o := Options{Op: c.op, Size: c.size}
+		r, err := o.resolve()
+		if err != nil || r.Depth != c.want {
+			t.Errorf("%v size %d resolves to depth %d (%v), want %d", c.op, c.size, r.Depth, err, c.want)
+		}
+	}
+}
+
+// TestSendReceiveWindow checks the receives a send test's responder keeps
+// posted (its Reply's recvs): a window of small messages much deeper than
+// twice the client's depth, up to maxRecvs.
+func TestSendReceiveWindow(t *testing.T) {
+	addr, _, _ := startServer(t, nil)
+	for _, c := range []struct {
+		size, depth, want int
+	}{
+		{64, 16, maxRecvs},                 // 1 MiB of 256-byte slots is more than maxRecvs
+		{4 << 10, 16, 256},                 // 1 MiB of messages
+		{64 << 10, 16, 32},                 // twice the depth
+		{64 << 10, MaxDepth, 2 * MaxDepth}, // twice the depth
+	} {
+		conn, err := dialRaw(t, addr, AppendRequest(nil, &Params{Op: OpSend, Size: c.size, Depth: c.depth}))
+		if err != nil {
+			t.Fatalf("size %d depth %d: %v", c.size, c.depth, err)
+		}
+		r, err := ParseReply(conn.PrivateData)
+		conn.Close()
+		if err != nil || r.Recvs != c.want {
+			t.Errorf("size %d depth %d: reply %+v (%v), want %d receives", c.size, c.depth, r, err, c.want)
+		}
+	}
+}
+
+// TestPingPongSlots runs a pingpong for many more round trips than the
+// responder has receives: with unsignaled echoes it must post each
+// receive slot again once the next ping shows its echo has left, or the
+// fifth ping finds no receive and the connection ends in a Terminate.
+func TestPingPongSlots(t *testing.T) {
+	addr, ev, stop := startServer(t, nil)
+	const want = 100
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	var ops uint64
+	res, err := Run(ctx, addr, &Options{Op: OpPingPong, Duration: time.Hour, Interval: 5 * time.Millisecond,
+		OnInterval: func(iv *Interval) {
+			if ops += iv.Sum.Ops; ops >= want {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if res.Sum.Ops < want {
+		t.Fatalf("%d round trips, want at least %d", res.Sum.Ops, want)
+	}
+	ended := ev.ended()
+	if len(ended) != 1 || ended[0].Err != nil || ended[0].Ops != res.Sum.Ops {
+		t.Errorf("server events %+v, client %d round trips", ended, res.Sum.Ops)
+	}
+}

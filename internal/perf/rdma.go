@@ -1,10 +1,12 @@
 package perf
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -205,6 +207,10 @@ func (s *rdmaStream) post(seq uint64) error {
 			binary.BigEndian.PutUint64(s.data[off:], seq)
 		}
 		wr.Op, wr.SGL = rdmap.WRSend, []rdmap.SGE{s.dataMR.SGE(off, s.p.Size)}
+		// A ping is unsignaled: its echo says it went out, and a
+		// completion would wake the client a second time per round
+		// trip. An error still completes it.
+		wr.Signaled = s.p.Op != OpPingPong
 	}
 	return s.qp.PostSend(wr)
 }
@@ -259,9 +265,9 @@ func (s *rdmaStream) measure(ctx context.Context, st *streamStats, stop *atomic.
 func (s *rdmaStream) credit(wc rdmap.WC) error {
 	msg := s.recv[int(wc.ID)*s.recvLen:][:wc.ByteLen]
 	s.ctrlBytes += uint64(wc.ByteLen)
-	verb, rest := parseCtrl(msg)
-	var n int
-	if _, err := fmt.Sscanf(rest, "%d", &n); verb != "credit" || err != nil || n < 1 {
+	verb, rest, _ := bytes.Cut(msg, []byte(" "))
+	n, err := strconv.Atoi(string(rest))
+	if string(verb) != "credit" || err != nil || n < 1 {
 		return fmt.Errorf("perf: unexpected message from the responder: %.60q", msg)
 	}
 	s.credits += n
@@ -276,8 +282,7 @@ func (s *rdmaStream) pingPong(ctx context.Context, st *streamStats, stop *atomic
 			return s.failed(fmt.Errorf("post: %w", err))
 		}
 		var rtt time.Duration
-		sent, echoed := false, false
-		for !sent || !echoed {
+		for echoed := false; !echoed; {
 			n, err := pollWait(ctx, s.cq, s.wcs[:])
 			if err != nil {
 				return s.failed(fmt.Errorf("waiting for completions: %w", err))
@@ -288,7 +293,7 @@ func (s *rdmaStream) pingPong(ctx context.Context, st *streamStats, stop *atomic
 				}
 				switch {
 				case wc.Op == rdmap.WCSend:
-					sent = true
+					return fmt.Errorf("perf: a completion for the unsignaled ping %d", wc.ID)
 				case wc.Flags&rdmap.WCSolicited != 0:
 					return fmt.Errorf("perf: unexpected message from the responder: %.60q",
 						s.recv[int(wc.ID)*s.recvLen:][:wc.ByteLen])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -65,7 +66,8 @@ type Metrics interface {
 	// named opcode (wire.Opcode's String).
 	OpCounters(dir, opcode string) (ops, bytes prometheus.Counter)
 	// LatencyObserver returns the latency histogram of op
-	// ("perf_pingpong"), in seconds.
+	// ("perf_pingpong": how long the responder takes to answer a ping,
+	// from reaping its receive to posting the echo), in seconds.
 	LatencyObserver(op string) prometheus.Observer
 	// HandshakeCounter returns the counter of handshakes that ended with
 	// result ("accepted", "failed") for reason ("" or "accept").
@@ -78,8 +80,9 @@ type Metrics interface {
 // serves the test until the client disconnects or the connection ends,
 // and returns. ctx being done disconnects the connection gracefully. m,
 // when not nil, counts the operations and bytes served (dir/opcode) and
-// the pingpong echo latency (op "perf_pingpong"); write and read are
-// counted when the test ends.
+// the pingpong echo latency (op "perf_pingpong", from the ping's receive
+// to the echo's post: the echo is unsignaled, so its completion is not
+// seen); write and read are counted when the test ends.
 func Service(ctx context.Context, ss Session, pd *rdmap.PD, m Metrics) error {
 	ans := answer{accept: ss.Accept, reject: func(reason []byte) { ss.Reject("perf", string(reason)) },
 		limit: ss.MemoryLimit(), reserve: ss.Reserve}
@@ -224,7 +227,7 @@ type responder struct {
 	dataErr    error  // first bad data message
 	fin        *counts
 	finAt      time.Time
-	echoStart  []time.Time
+	echoing    int // the receive slot of the echo in flight, or -1
 	wcs        [32]rdmap.WC
 	ctrl       []byte
 	m          meters
@@ -337,11 +340,22 @@ func serveConn(ctx context.Context, req *cm.Request, ans answer, pd *rdmap.PD, m
 
 func clampIRDORD(n int) int { return min(max(n, 1), rdmap.MaxIRDORD) }
 
+// A send test's responder keeps receives posted for at least recvWindow
+// bytes of messages (and for twice the client's depth), at most maxRecvs
+// of them, as perftest's ib_send_bw keeps 512. The client may run only
+// as far ahead as the receives the responder has reposted and announced
+// (credits), and the credits take a round trip to come back: a window of
+// 2×16 small messages was the limit of a 64-byte test, not the QPs.
+const (
+	recvWindow = 1 << 20
+	maxRecvs   = 512
+)
+
 // newResponder allocates the buffers, CQ and QP for p and posts the
 // receives: at most ans.limit bytes of buffers (MaxBuffer when 0), taken
 // from ans.reserve when set. release frees them (after the QP is closed).
 func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error) {
-	r := &responder{p: p, ctrl: make([]byte, 0, ctrlLen)}
+	r := &responder{p: p, ctrl: make([]byte, 0, ctrlLen), echoing: -1}
 	limit := MaxBuffer
 	if ans.limit > 0 {
 		limit = int(min(ans.limit, MaxBuffer))
@@ -353,7 +367,7 @@ func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error
 		r.recvs, r.slotLen = 2, ctrlLen
 	case OpSend:
 		r.slotLen = max(p.Size, ctrlLen)
-		r.recvs = min(max(2*p.Depth, 4), 512, limit/r.slotLen)
+		r.recvs = min(max(2*p.Depth, recvWindow/r.slotLen, 4), maxRecvs, limit/r.slotLen)
 	case OpPingPong:
 		r.slotLen = max(p.Size, ctrlLen)
 		r.recvs = 4
@@ -412,7 +426,6 @@ func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error
 		r.pat = make([]byte, p.Size)
 		fillPattern(r.pat)
 	}
-	r.echoStart = make([]time.Time, r.recvs)
 	for i := range r.recvs {
 		if err := r.repost(i); err != nil {
 			return fail(err)
@@ -458,13 +471,6 @@ func (r *responder) handle(wc rdmap.WC) (done bool, err error) {
 	}
 	switch wc.Op {
 	case rdmap.WCSend:
-		if wc.ID&echoTag != 0 {
-			slot := int(wc.ID &^ echoTag)
-			if r.m.lat != nil {
-				r.m.lat.Observe(time.Since(r.echoStart[slot]).Seconds())
-			}
-			return false, r.repost(slot)
-		}
 		return false, nil
 	case rdmap.WCRecv:
 	default:
@@ -497,23 +503,42 @@ func (r *responder) handle(wc rdmap.WC) (done bool, err error) {
 		r.m.rxBytes.Add(float64(len(msg)))
 	}
 	if r.p.Op == OpPingPong {
-		r.echoStart[slot] = time.Now()
-		if r.m.txOps != nil {
-			r.m.txOps.Inc()
-			r.m.txBytes.Add(float64(len(msg)))
-		}
-		return false, r.qp.PostSend(rdmap.SendWR{ID: echoTag | uint64(slot), Op: rdmap.WRSend,
-			SGL: []rdmap.SGE{r.slotMR.SGE(slot*r.slotLen, len(msg))}, Signaled: true})
+		return false, r.echo(slot, msg)
 	}
 	if err := r.repost(slot); err != nil {
 		return true, err
 	}
 	if r.credits++; r.credits >= r.batch {
-		r.ctrl = fmt.Appendf(r.ctrl[:0], "credit %d", r.credits)
+		r.ctrl = strconv.AppendInt(append(r.ctrl[:0], "credit "...), int64(r.credits), 10)
 		r.credits = 0
 		return false, r.sendCtrl()
 	}
 	return false, nil
+}
+
+// echo sends a ping back from its own receive slot. The echo is
+// unsignaled: a completion would wake the responder a second time per
+// round trip. The client sends its next ping only once it has the whole
+// echo, so the next ping's arrival says the echo has left the slot, which
+// is when the slot is posted again.
+func (r *responder) echo(slot int, msg []byte) error {
+	start := time.Now()
+	if r.echoing >= 0 {
+		if err := r.repost(r.echoing); err != nil {
+			return err
+		}
+	}
+	r.echoing = slot
+	err := r.qp.PostSend(rdmap.SendWR{ID: echoTag | uint64(slot), Op: rdmap.WRSend,
+		SGL: []rdmap.SGE{r.slotMR.SGE(slot*r.slotLen, len(msg))}})
+	if r.m.txOps != nil {
+		r.m.txOps.Inc()
+		r.m.txBytes.Add(float64(len(msg)))
+	}
+	if r.m.lat != nil {
+		r.m.lat.Observe(time.Since(start).Seconds())
+	}
+	return err
 }
 
 func (r *responder) sendCtrl() error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
@@ -20,7 +21,7 @@ const idleCQSize = 16
 type idleResult struct {
 	Pairs int `json:"pairs"`
 	// Connected: after both QPs of every pair are started (RTS), before
-	// any data moved.
+	// any data moved; the pair's TCP connection included.
 	Connected float64 `json:"connected_bytes_per_pair"`
 	// AfterSend: after one 64-byte Send from each initiator to its
 	// responder has completed (the engines have run once; buffers used
@@ -31,14 +32,57 @@ type idleResult struct {
 	// TCP is the cost of a bare connected TCP pair (two *net.TCPConn),
 	// which each QP pair also holds.
 	TCP float64 `json:"tcp_bytes_per_pair"`
+	// Stages break Connected and AfterSend down by the step of the setup
+	// that added them, in order.
+	Stages []idleStage `json:"stages"`
 }
 
-func inUse() int64 {
+// idleStage is what one step of setting up the n pairs added, per pair
+// (both ends), heap and goroutine stacks apart.
+type idleStage struct {
+	// Name: "tcp" (the connected sockets), "cq" (a CQ of idleCQSize at
+	// each end), "qp" (CreateQP with the default queue depths: the SQ
+	// and RQ rings, the inline buffer, the QP), "start" (QP.Start: the
+	// engines' buffers and goroutines, the RTR exchange), "send" (one
+	// 64-byte Send from each initiator to its responder, completed).
+	Name  string  `json:"name"`
+	Heap  float64 `json:"heap_bytes_per_pair"`
+	Stack float64 `json:"stack_bytes_per_pair"`
+}
+
+// memInUse is HeapInuse and StackInuse after two GCs (the second sweeps
+// what the first freed).
+func memInUse() (heap, stack int64) {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapInuse + m.StackInuse)
+	return int64(m.HeapInuse), int64(m.StackInuse)
+}
+
+// idleMeter takes the stages of an idle measurement of n pairs.
+type idleMeter struct {
+	n           int
+	base        int64
+	heap, stack int64
+	stages      []idleStage
+}
+
+func newIdleMeter(n int) *idleMeter {
+	m := &idleMeter{n: n}
+	m.heap, m.stack = memInUse()
+	m.base = m.heap + m.stack
+	return m
+}
+
+// stage records what was added since the last stage and returns the
+// total over the base, per pair.
+func (m *idleMeter) stage(name string) float64 {
+	h, s := memInUse()
+	m.stages = append(m.stages, idleStage{Name: name,
+		Heap: float64(h-m.heap) / float64(m.n), Stack: float64(s-m.stack) / float64(m.n)})
+	m.heap, m.stack = h, s
+	return float64(h+s-m.base) / float64(m.n)
 }
 
 // idleQP is one end of an idle pair: a QP with its own CQ.
@@ -71,25 +115,6 @@ func idleQPMemory(n int) (res idleResult, err error) {
 		return c, s, nil
 	}
 
-	// Bare TCP pairs first, for comparison.
-	base := inUse()
-	conns := make([]net.Conn, 0, 2*n)
-	for range n {
-		c, s, err := pair()
-		if err != nil {
-			for _, c := range conns {
-				c.Close()
-			}
-			return res, err
-		}
-		conns = append(conns, c, s)
-	}
-	res.TCP = float64(inUse()-base) / float64(n)
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-
 	var devs [2]*rdmap.Device
 	var pds [2]*rdmap.PD
 	var mems [2]*rdmap.Memory
@@ -119,10 +144,14 @@ func idleQPMemory(n int) (res idleResult, err error) {
 			return res, err
 		}
 	}
-	qps := make([][2]idleQP, 0, n)
+	qps := make([][2]idleQP, n)
+	socks := make([][2]net.Conn, n)
 	defer func() {
-		for _, p := range qps {
-			for _, q := range p {
+		for i, p := range qps {
+			for j, q := range p {
+				if socks[i][j] != nil { // not started
+					socks[i][j].Close()
+				}
 				if q.qp != nil {
 					q.qp.Close()
 				}
@@ -132,42 +161,51 @@ func idleQPMemory(n int) (res idleResult, err error) {
 			}
 		}
 	}()
-	base = inUse()
+	m := newIdleMeter(n)
 	g0 := runtime.NumGoroutine()
-	o := &rdmaptest.Options{}
-	recv := rdmap.RecvWR{SGL: []rdmap.SGE{mrs[1].SGE(0, 64)}}
-	for range n {
-		var p [2]idleQP
-		for i := range 2 {
-			if p[i].cq, err = devs[i].CreateCQ(idleCQSize); err != nil {
-				return res, err
-			}
-			if p[i].qp, err = pds[i].CreateQP(&rdmap.QPConfig{SendCQ: p[i].cq, RecvCQ: p[i].cq}); err != nil {
-				p[i].cq.Close()
-				p[i].cq = nil
-				return res, err
-			}
-		}
-		qps = append(qps, p)
-		if err := p[1].qp.PostRecv(recv); err != nil {
-			return res, err
-		}
-		c, s, err := pair()
-		if err != nil {
-			return res, err
-		}
-		if err := p[1].qp.Start(s, o.Params(false)); err != nil {
-			c.Close()
-			s.Close()
-			return res, err
-		}
-		if err := p[0].qp.Start(c, o.Params(true)); err != nil {
-			c.Close()
+	for i := range n {
+		if socks[i][0], socks[i][1], err = pair(); err != nil {
 			return res, err
 		}
 	}
-	res.Connected = float64(inUse()-base) / float64(n)
+	res.TCP = m.stage("tcp")
+	for i := range n {
+		for j := range 2 {
+			if qps[i][j].cq, err = devs[j].CreateCQ(idleCQSize); err != nil {
+				return res, err
+			}
+		}
+	}
+	m.stage("cq")
+	recv := rdmap.RecvWR{SGL: []rdmap.SGE{mrs[1].SGE(0, 64)}}
+	for i := range n {
+		for j := range 2 {
+			if qps[i][j].qp, err = pds[j].CreateQP(&rdmap.QPConfig{SendCQ: qps[i][j].cq, RecvCQ: qps[i][j].cq}); err != nil {
+				return res, err
+			}
+		}
+		if err := qps[i][1].qp.PostRecv(recv); err != nil {
+			return res, err
+		}
+	}
+	m.stage("qp")
+	o := &rdmaptest.Options{}
+	for i := range n {
+		// A started QP owns its connection (QP.Close closes it).
+		for _, j := range []int{1, 0} {
+			if err := qps[i][j].qp.Start(socks[i][j], o.Params(j == 0)); err != nil {
+				return res, err
+			}
+			socks[i][j] = nil
+		}
+	}
+	res.Connected = m.stage("start")
 	res.Goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
+	if idleProfile != nil {
+		if err := idleProfile(); err != nil {
+			return res, err
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
 	defer cancel()
@@ -185,15 +223,26 @@ func idleQPMemory(n int) (res idleResult, err error) {
 			}
 		}
 	}
-	res.AfterSend = float64(inUse()-base) / float64(n)
+	res.AfterSend = m.stage("send")
+	res.Stages = m.stages
 	return res, nil
 }
+
+// idleProfile, when set, is called once the idle pairs are connected
+// (-idleprofile: it writes a heap profile).
+var idleProfile func() error
 
 func (r *runner) idleLine() string {
 	if r.idleErr != nil {
 		return fmt.Sprintf("idle QPs: error: %v", r.idleErr)
 	}
 	x := r.idle
-	return fmt.Sprintf("idle QPs: %d connected pairs over loopback, heap+stacks per pair (both ends, own CQ of %d each): %.1f KiB connected, %.1f KiB after one 64-byte Send (target <= 32 KiB); %.1f goroutines per pair; a bare TCP pair is %.1f KiB",
+	var b strings.Builder
+	fmt.Fprintf(&b, "idle QPs: %d connected pairs over loopback, heap+stacks per pair (both ends, own CQ of %d each): %.1f KiB connected, %.1f KiB after one 64-byte Send (target <= 32 KiB); %.1f goroutines per pair; a bare TCP pair is %.1f KiB\n",
 		x.Pairs, idleCQSize, x.Connected/1024, x.AfterSend/1024, x.Goroutines, x.TCP/1024)
+	b.WriteString("idle QPs, by step of the setup (per pair, heap + stacks):")
+	for _, st := range x.Stages {
+		fmt.Fprintf(&b, " %s %.1f+%.1f KiB;", st.Name, st.Heap/1024, st.Stack/1024)
+	}
+	return strings.TrimSuffix(b.String(), ";")
 }

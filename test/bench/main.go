@@ -46,13 +46,18 @@
 // failed to run (and with -strict also when a target is missed).
 //
 // Before the table, unless -idleqps is 0, it connects that many idle QP
-// pairs over loopback and reports the heap and stacks each pair holds
-// (idle.go).
+// pairs over loopback and reports the heap and stacks each pair holds,
+// and what each step of the setup added (idle.go); -idleprofile writes a
+// heap profile of them, for the structures behind each step. Unless
+// -siwdidle is 0 it also runs a siwd (package daemon) with a small region
+// and connects that many idle region clients to it from another process
+// (this program, run again), and reports the heap and stacks per
+// connection of the siwd and of the client process (siwdidle.go).
 //
 // Usage:
 //
 //	go run ./test/bench [-time 200ms] [-count 5] [-links lo,veth] [-run regexp] [-json] [-strict]
-//	                    [-mirrored=false] [-iperf3=false] [-idleqps 1000]
+//	                    [-mirrored=false] [-iperf3=false] [-idleqps 1000] [-siwdidle 1000] [-idleprofile file]
 //	                    [-cpuprofile file | -profiledir dir] [-only gosiw|raw] [-maxulpdu n] [-q]
 //
 // -profiledir writes a CPU profile of every run of every gosiw case
@@ -285,9 +290,14 @@ type options struct {
 	mirrored   bool // also run the mirrored baselines (a diagnostic)
 	iperf3     bool // also run iperf3, when installed, as the ceiling
 	idleQPs    int  // idle QP pairs to measure (0: none)
+	siwdIdle   int  // idle clients of a siwd to measure (0: none)
+	// idleProfile, when set, is where a heap profile of the idle QP
+	// pairs goes, taken once they are connected.
+	idleProfile string
 }
 
 func main() {
+	siwdIdleClientMain()
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
 	fs.Usage = func() {
@@ -309,13 +319,15 @@ func main() {
 	fs.BoolVar(&o.mirrored, "mirrored", true, "also run the mirrored baselines (the QP's goroutine structure over TCP; a diagnostic column)")
 	fs.BoolVar(&o.iperf3, "iperf3", true, "also run iperf3, when installed, and print its figure as the ceiling")
 	fs.IntVar(&o.idleQPs, "idleqps", 1000, "connect this many idle QP pairs over loopback and report the memory per pair (0: skip)")
+	fs.IntVar(&o.siwdIdle, "siwdidle", 1000, "connect this many idle region clients (another process) to a siwd and report its memory per connection, and the client's (0: skip)")
+	fs.StringVar(&o.idleProfile, "idleprofile", "", "write a heap profile of the idle QP pairs, once connected, to `file` (go tool pprof -sample_index=inuse_space)")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", fs.Args())
 		os.Exit(2)
 	}
-	if o.count < 1 || o.time <= 0 || o.idleQPs < 0 {
-		fmt.Fprintln(os.Stderr, "bench: -count and -time must be positive, -idleqps not negative")
+	if o.count < 1 || o.time <= 0 || o.idleQPs < 0 || o.siwdIdle < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -count and -time must be positive, -idleqps and -siwdidle not negative")
 		os.Exit(2)
 	}
 	if o.cpuprofile != "" && o.profileDir != "" {
@@ -385,6 +397,10 @@ func benchMain(o *options) int {
 			return 2
 		}
 	}
+	if o.idleProfile != "" {
+		// Every allocation of the idle pairs, not a sample.
+		runtime.MemProfileRate = 1
+	}
 	r := newRunner(o)
 	r.plan()
 	if len(r.cases) == 0 {
@@ -397,8 +413,22 @@ func benchMain(o *options) int {
 		if !o.quiet {
 			fmt.Fprintf(os.Stderr, "idle QPs: connecting %d pairs\n", o.idleQPs)
 		}
+		if o.idleProfile != "" {
+			idleProfile = func() error { return writeHeapProfile(o.idleProfile) }
+		}
 		res, err := idleQPMemory(o.idleQPs)
 		r.idle, r.idleErr = &res, err
+	}
+	if o.siwdIdle > 0 && o.only != "raw" {
+		if !o.quiet {
+			fmt.Fprintf(os.Stderr, "idle siwd clients: connecting %d\n", o.siwdIdle)
+		}
+		prof := ""
+		if o.idleProfile != "" {
+			prof = o.idleProfile + ".siwd"
+		}
+		res, err := siwdIdleMemory(o.siwdIdle, prof)
+		r.siwdIdle, r.siwdIdleErr = &res, err
 	}
 	for round := 1; round <= o.count; round++ {
 		for _, u := range r.units {
@@ -440,6 +470,9 @@ type runner struct {
 
 	idle    *idleResult
 	idleErr error
+
+	siwdIdle    *siwdIdleResult
+	siwdIdleErr error
 
 	loadStart, loadEnd string
 	elapsed            time.Duration
@@ -969,6 +1002,9 @@ func (r *runner) print(w io.Writer) int {
 	for _, cl := range r.ceilings {
 		fmt.Fprintln(w, r.ceilingLine(cl))
 	}
+	if r.siwdIdle != nil || r.siwdIdleErr != nil {
+		fmt.Fprintln(w, r.siwdIdleLine())
+	}
 	if r.idle != nil || r.idleErr != nil {
 		fmt.Fprintln(w, r.idleLine())
 	}
@@ -1054,27 +1090,32 @@ type jsonCase struct {
 
 func (r *runner) printJSON(w io.Writer) int {
 	out := struct {
-		GoVersion  string      `json:"go_version"`
-		GOMAXPROCS int         `json:"gomaxprocs"`
-		Time       string      `json:"time_per_run"`
-		Count      int         `json:"count"`
-		LoadStart  string      `json:"load_start"`
-		LoadEnd    string      `json:"load_end"`
-		MaxULPDU   int         `json:"max_ulpdu,omitempty"`
-		VethMSS    int         `json:"veth_mss,omitempty"`
-		VethError  string      `json:"veth_error,omitempty"`
-		Cases      []jsonCase  `json:"cases"`
-		Raw        []jsonRaw   `json:"raw"`
-		Ceilings   []jsonCeil  `json:"iperf3,omitempty"`
-		IdleQPs    *idleResult `json:"idle_qps,omitempty"`
-		IdleError  string      `json:"idle_qps_error,omitempty"`
+		GoVersion  string          `json:"go_version"`
+		GOMAXPROCS int             `json:"gomaxprocs"`
+		Time       string          `json:"time_per_run"`
+		Count      int             `json:"count"`
+		LoadStart  string          `json:"load_start"`
+		LoadEnd    string          `json:"load_end"`
+		MaxULPDU   int             `json:"max_ulpdu,omitempty"`
+		VethMSS    int             `json:"veth_mss,omitempty"`
+		VethError  string          `json:"veth_error,omitempty"`
+		Cases      []jsonCase      `json:"cases"`
+		Raw        []jsonRaw       `json:"raw"`
+		Ceilings   []jsonCeil      `json:"iperf3,omitempty"`
+		IdleQPs    *idleResult     `json:"idle_qps,omitempty"`
+		IdleError  string          `json:"idle_qps_error,omitempty"`
+		SiwdIdle   *siwdIdleResult `json:"idle_siwd,omitempty"`
+		SiwdError  string          `json:"idle_siwd_error,omitempty"`
 	}{GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), Time: r.o.time.String(), Count: r.o.count,
-		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, IdleQPs: r.idle}
+		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
 	if r.vethErr != nil {
 		out.VethError = r.vethErr.Error()
 	}
 	if r.idleErr != nil {
 		out.IdleQPs, out.IdleError = nil, r.idleErr.Error()
+	}
+	if r.siwdIdleErr != nil {
+		out.SiwdIdle, out.SiwdError = nil, r.siwdIdleErr.Error()
 	}
 	code := 0
 	for _, c := range r.cases {
@@ -1154,4 +1195,18 @@ type jsonCeil struct {
 	Link          string  `json:"link"`
 	BitsPerSecond float64 `json:"bits_per_second,omitempty"`
 	Error         string  `json:"error,omitempty"`
+}
+
+// writeHeapProfile writes the heap profile (after a GC) to name.
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
