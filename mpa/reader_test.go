@@ -13,10 +13,10 @@ import (
 
 // countPlacer counts the placements Place makes and checks they pair up.
 type countPlacer struct {
-	t       testing.TB
-	inside  bool
-	enters  int
-	refuse  error
+	t      testing.TB
+	inside bool
+	enters int
+	refuse error
 }
 
 func (p *countPlacer) Enter() error {
