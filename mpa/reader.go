@@ -30,13 +30,15 @@ type ReaderConfig struct {
 }
 
 // Placer fences the writes Reader.Place makes into the caller's memory.
-// Place calls Enter before each write into the destination (a copy out of
-// its buffer, or a read straight from the source) and Leave after it;
-// waiting for the source is never done between the two when the bytes go
-// through the buffer. A non-nil error from Enter stops Place, which
-// returns that error unchanged and calls no Leave for it.
+// Place calls Enter before each write into the destination and Leave
+// after it: n is how many bytes that write puts there (at most), direct
+// whether it is a read straight from the source (a VectorReader, which
+// may wait for the peer inside the placement) rather than a copy out of
+// the Reader's buffer (waiting for bytes that go through the buffer is
+// never done inside a placement). A non-nil error from Enter stops
+// Place, which returns that error unchanged and calls no Leave for it.
 type Placer interface {
-	Enter() error
+	Enter(n int, direct bool) error
 	Leave()
 }
 
@@ -116,8 +118,7 @@ type Reader struct {
 	hdr     [MaxHeader]byte
 	hn      int
 
-	plain          []byte // Rest's marker-free copy (markers only)
-	copied, direct uint64
+	plain []byte // Rest's marker-free copy (markers only)
 }
 
 // maxEmptyReads bounds the reads that return no data and no error before
@@ -162,11 +163,6 @@ func (rd *Reader) InFPDU() bool { return rd.in }
 // WireLen returns the length on the wire of the current (or last) FPDU,
 // markers included, and how many markers it holds.
 func (rd *Reader) WireLen() (n, markers int) { return int(rd.end - rd.start), rd.markers }
-
-// Counts returns how many payload bytes Place has copied out of the
-// buffer and how many it read straight into caller memory, since the
-// Reader was made.
-func (rd *Reader) Counts() (copied, direct uint64) { return rd.copied, rd.direct }
 
 // fill makes at least n stream bytes available in buf[r:]. It reports
 // io.EOF only when the stream ended with nothing buffered.
@@ -364,26 +360,26 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 	}
 	for len(d) > 0 {
 		if src := rd.take(len(d)); len(src) > 0 {
-			if err := p.Enter(); err != nil {
+			if err := p.Enter(len(src), false); err != nil {
 				return err
 			}
 			n := copy(d, src)
 			p.Leave()
 			d = d[n:]
 			rd.done += n
-			rd.copied += uint64(n)
 			continue
 		}
 		if len(d) >= DirectMin && rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Markers && !rd.cfg.Buffered && len(rd.pre) == 0 {
-			if err := p.Enter(); err != nil {
+			if err := p.Enter(len(d), true); err != nil {
 				return err
 			}
 			err := rd.readDirect(d)
 			p.Leave()
 			return err
 		}
-		// Wait for the bytes outside a placement.
-		if err := rd.fill(rd.rawFor(len(d))); err != nil {
+		// Wait for more bytes, outside a placement; place them as they
+		// come.
+		if err := rd.fill(rd.rawFor(1)); err != nil {
 			return err
 		}
 	}
@@ -409,7 +405,6 @@ func (rd *Reader) readDirect(d []byte) error {
 		d = d[k:]
 		rd.pos += uint64(k)
 		rd.done += k
-		rd.direct += uint64(k)
 		rd.w += n - k
 	}
 	return nil

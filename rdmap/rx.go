@@ -1,7 +1,6 @@
 package rdmap
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,23 +16,23 @@ import (
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
-	"github.com/gosiw/gosiw/rdmap/internal/sys"
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
-// The receive engine (one goroutine per QP). Without markers it reads
-// header first and places payload without an intermediate copy:
+// The receive engine (one goroutine per QP). It reads FPDUs with an
+// mpa.Reader, header first, and keeps RDMAP's and DDP's semantics only:
 //
-//	socket ──> rx buffer: ULPDU_Length, DDP header (+ RDMAP header)
+//	socket ──> mpa.Reader: ULPDU_Length, DDP header (+ RDMAP header)
 //	             │ begin: validate (STag, PD, rights, bounds / QN, MSN, MO,
 //	             │        a posted receive and its length), plan placement
 //	             v
-//	socket ──> target memory (io.ReadFull into the MR for the payload left
-//	             │          after what the buffer already holds), CRC32c
-//	             │          updated over the placed bytes
+//	socket ──> Reader.Place into target memory, each write fenced by
+//	             │          rxPlace (enterPlace .. leavePlace): straight
+//	             │          from the socket (readv, rxConn.ReadVec) without
+//	             │          CRC, through the reader's buffer with CRC
 //	             v
-//	           pad + CRC: check ──> end: commit (completions, MSNs, IRQ,
-//	                                     invalidation, atomics)
+//	           Reader.Trailer: pad + CRC ──> end: commit (completions,
+//	                                  MSNs, IRQ, invalidation, atomics)
 //
 // Placement before validation of the whole FPDU: RFC 5041 separates
 // Placement (putting a segment's payload where its header says) from
@@ -75,39 +74,27 @@ import (
 // Invalidate has returned no byte lands there. A segment cut that way
 // gets cutTerm's Terminate.
 //
-// With markers (or QPConfig.BufferedRx) the engine uses mpa.Deframer,
-// which reads whole FPDUs, removes markers and checks the CRC first; the
-// payload is then copied from its buffer. Its headers are checked once
-// the whole FPDU is in (at most 64 KiB, and bounded by the stall timeout).
+// With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
+// mode: the header is still checked as soon as it is in (and a bad one
+// answered at once without CRC), but the payload is placed only once the
+// whole FPDU is in and its CRC checked, copied from the reader's buffer.
 
 const (
-	rxBufSize = 96 << 10 // holds any FPDU (65544 bytes) plus read-ahead
-	// directMin is the payload remainder from which the engine reads
-	// straight into the target instead of through its buffer.
-	directMin = 4 << 10
-	// bigSlack is how far past what it needs the engine reads while
-	// payloads are large, so headers come with the previous trailer
-	// without pulling the next payload into the buffer.
-	bigSlack = 64
 	// hdrCopy is how much of an FPDU's start the engine keeps for the
 	// Terminate it may have to send.
 	hdrCopy = mpa.LengthFieldLen + maxCtrlHdr
 )
 
-var rxPool = bufpool.New(rxBufSize)
+var rxPool = bufpool.New(mpa.ReaderBufSize)
 
 // rxEngine is the receive engine's state, owned by the receive goroutine
 // (ended and selfClosed are read by the send goroutine).
 type rxEngine struct {
-	qp       *QP
-	conn     net.Conn
-	crc      bool
-	buffered bool
-	df       *mpa.Deframer
-	bufp     *[]byte
-	b        []byte
-	r, w     int
-	big      bool
+	qp   *QP
+	conn net.Conn
+	crc  bool
+	rd   *mpa.Reader // the FPDU reader, on bufp's buffer
+	bufp *[]byte
 
 	rawc       syscall.RawConn
 	viov       [2][]byte
@@ -125,9 +112,10 @@ type rxEngine struct {
 	stall      time.Duration // QPConfig.RxStallTimeout (0: off)
 	progressAt time.Time     // when a read last returned data
 	armed      bool          // the stall deadline is set
-	inFPDU     bool          // fpduDirect is past the first bytes of an FPDU
 	draining   bool
-	// The placement in progress on the raw path (readvFD's check).
+	// The placement in progress (the Placer the reader calls, and the
+	// raw path's check: readvFD).
+	place rxPlace
 	curMR *MR
 	curST uint64
 	// err is the receive direction's first fatal error (sticky): the
@@ -148,7 +136,6 @@ type rxEngine struct {
 	nplan  int
 	refs   [MaxSGE + 1]*MR
 	nrefs  int
-	c      uint32
 	ti     termInfo
 	first  bool
 
@@ -182,24 +169,22 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.crc = qp.p.CRC
 	rx.msn = [4]uint32{1, 1, 1, 1}
 	rx.stall = qp.cfg.RxStallTimeout
-	rx.buffered = qp.cfg.BufferedRx || qp.p.MarkersRx || len(qp.p.Leftover) > rxBufSize/2
-	if rx.buffered {
-		var r io.Reader = rxReader{rx}
-		if len(qp.p.Leftover) > 0 {
-			r = io.MultiReader(bytes.NewReader(qp.p.Leftover), r)
-		}
-		rx.df = mpa.NewDeframer(r, mpa.DeframerConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersRx})
-		return
-	}
-	rx.bufp = rxPool.Get()
-	rx.b = *rx.bufp
+	rx.place.rx = rx
 	if sc, ok := conn.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			rx.rawc = rc
 			rx.vfn = rx.readvFD
 		}
 	}
-	rx.w = copy(rx.b, qp.p.Leftover)
+	rx.bufp = rxPool.Get()
+	// With markers (or QPConfig.BufferedRx) whole FPDUs are read and
+	// checked before their payload is placed; headers still come first.
+	rx.rd = mpa.NewReader(rxConn{rx}, *rx.bufp, mpa.ReaderConfig{
+		CRC:      qp.p.CRC,
+		Markers:  qp.p.MarkersRx,
+		Buffered: qp.cfg.BufferedRx || qp.p.MarkersRx,
+		Leftover: qp.p.Leftover,
+	})
 }
 
 func (rx *rxEngine) release() {
@@ -209,11 +194,11 @@ func (rx *rxEngine) release() {
 		rx.tagMR = nil
 	}
 	rx.orqE = nil
+	rx.rd = nil
 	if rx.bufp != nil {
 		rxPool.Put(rx.bufp)
-		rx.bufp, rx.b = nil, nil
+		rx.bufp = nil
 	}
-	rx.df = nil
 }
 
 // rxLoop is the receive goroutine. When it stops reading it waits for the
@@ -313,9 +298,8 @@ func (rx *rxEngine) gotFirst() {
 func (rx *rxEngine) drain() error {
 	var tmp [4096]byte
 	buf := tmp[:]
-	if rx.b != nil {
-		buf = rx.b
-		rx.r, rx.w = 0, 0
+	if rx.bufp != nil {
+		buf = *rx.bufp // the reader is done with it
 	}
 	rx.draining = true
 	for {
@@ -325,22 +309,14 @@ func (rx *rxEngine) drain() error {
 	}
 }
 
-func unexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// runDirect is the header-first receive path (no markers).
-func (rx *rxEngine) runDirect() error {
+// run is the receive loop: one FPDU at a time, until reading stops.
+func (rx *rxEngine) run() error {
 	qp := rx.qp
 	for {
 		if qp.broken.Load() {
 			return rx.drain()
 		}
-		ti, err := rx.fpduDirect()
-		rx.inFPDU = false
+		ti, err := rx.fpdu()
 		rx.dropRefs()
 		if err != nil {
 			return err
@@ -351,276 +327,113 @@ func (rx *rxEngine) runDirect() error {
 	}
 }
 
-// fill makes n bytes available in b[r:]. It returns io.EOF only when the
-// stream ended with nothing buffered.
-func (rx *rxEngine) fill(n int) error {
-	if rx.w-rx.r >= n {
-		return nil
-	}
-	if rx.r == rx.w {
-		rx.r, rx.w = 0, 0
-	} else if rx.r+n > len(rx.b) {
-		rx.w = copy(rx.b, rx.b[rx.r:rx.w])
-		rx.r = 0
-	}
-	for {
-		limit := len(rx.b)
-		if rx.big {
-			limit = min(limit, rx.r+n+bigSlack)
-		}
-		m, err := rx.read(rx.b[rx.w:limit])
-		rx.w += m
-		if rx.w-rx.r >= n {
-			return nil
-		}
-		if err != nil {
-			if err == io.EOF && rx.w > rx.r {
-				return io.ErrUnexpectedEOF
-			}
-			return err
-		}
-	}
+// rxPlace is the fence of one plan entry's placement, as the FPDU reader
+// calls it (mpa.Placer): every write into registered memory happens
+// between Enter and Leave, and only while the region's STag word is still
+// the one it was validated with.
+type rxPlace struct {
+	rx   *rxEngine
+	mr   *MR
+	want uint64
 }
 
-// readInto fills d, part of mr validated with the STag word want, with
-// the next payload bytes: first from the buffer, then, for a long
-// remainder, straight from the socket. Every write into d happens inside
-// a placement (enterPlace .. leavePlace) and only while mr's STag word is
-// still want; it returns errCut as soon as it is not. Waiting for bytes
-// that go through the buffer is not a placement.
-func (rx *rxEngine) readInto(d []byte, mr *MR, want uint64) error {
-	if !rx.enterPlace(mr, want) {
+// Enter begins a placement of n bytes into p.mr (errCut: the region was
+// invalidated since it was validated).
+func (p *rxPlace) Enter(n int, direct bool) error {
+	rx := p.rx
+	if !rx.enterPlace(p.mr, p.want) {
 		return errCut
 	}
-	n := copy(d, rx.b[rx.r:rx.w])
-	rx.r += n
-	if n > 0 {
-		rx.qp.stats.rxCopied.Add(uint64(n))
-	}
-	d = d[n:]
-	if len(d) == 0 {
-		rx.leavePlace(mr)
-		return nil
-	}
-	if len(d) >= directMin {
-		rx.qp.stats.rxDirect.Add(uint64(len(d)))
-		var err error
-		if rx.rawc != nil {
-			rx.curMR, rx.curST = mr, want
-			err = rx.readDirect(d)
-			rx.curMR = nil
-		} else {
-			err = rx.readFull(d, mr, want)
-		}
-		rx.leavePlace(mr)
-		return unexpected(err)
-	}
-	rx.leavePlace(mr)
-	if err := rx.fill(len(d)); err != nil {
-		return unexpected(err)
-	}
-	if !rx.enterPlace(mr, want) {
-		return errCut
-	}
-	copy(d, rx.b[rx.r:rx.r+len(d)])
-	rx.leavePlace(mr)
-	rx.r += len(d)
-	rx.qp.stats.rxCopied.Add(uint64(len(d)))
-	return nil
-}
-
-// readIntoCRC is readInto under CRC: the payload goes through the buffer
-// and is folded into the CRC there, before it is copied into d, so that
-// the CRC checks the bytes that arrived even when d's memory changes
-// meanwhile (the application, or another connection placing into a
-// shared region); a check over d after placement would see those changes
-// as a CRC error and end the connection.
-//
-// Like readInto, every copy into d is a placement into mr, made only while
-// mr's STag word is still want (errCut when it is not); waiting for the
-// next bytes is not.
-func (rx *rxEngine) readIntoCRC(d []byte, mr *MR, want uint64) error {
-	for len(d) > 0 {
-		if rx.r == rx.w {
-			if err := rx.fill(1); err != nil {
-				return unexpected(err)
-			}
-		}
-		src := rx.b[rx.r:min(rx.w, rx.r+len(d))]
-		rx.c = mpa.UpdateCRC(rx.c, src)
-		if !rx.enterPlace(mr, want) {
-			return errCut
-		}
-		n := copy(d, src)
-		rx.leavePlace(mr)
-		rx.r += n
-		d = d[n:]
+	rx.curMR, rx.curST = p.mr, p.want
+	if direct {
+		rx.qp.stats.rxDirect.Add(uint64(n))
+	} else {
 		rx.qp.stats.rxCopied.Add(uint64(n))
 	}
 	return nil
 }
 
-// readDirect reads d straight from the socket and, in the same readv, up
-// to lookahead bytes that follow (the trailer and the next header) into
-// the buffer, which readInto has drained: one syscall per large FPDU
-// instead of a payload read plus a small trailer read.
-func (rx *rxEngine) readDirect(d []byte) error {
-	const lookahead = bigSlack + 8
-	rx.r, rx.w = 0, 0
-	rx.arm()
-	for len(d) > 0 {
-		rx.viov[0] = d
-		rx.viov[1] = rx.b[rx.w:min(len(rx.b), rx.w+lookahead)]
-		err := rx.rawc.Read(rx.vfn)
-		n := rx.vn
-		if err == nil {
-			err = rx.verr
-		}
-		if err != nil {
-			rx.viov = [2][]byte{}
-			if err == errCut || !errors.Is(err, os.ErrDeadlineExceeded) {
-				return err
-			}
-			if !placeValid(rx.curMR, rx.curST) {
-				return errCut
-			}
-			if err = rx.expired(); err != nil {
-				return err
-			}
-			continue
-		}
-		if n == 0 {
-			return io.EOF
-		}
-		rx.progress()
-		if n <= len(d) {
-			d = d[n:]
-			continue
-		}
-		rx.w += n - len(d)
-		d = nil
-	}
-	rx.viov = [2][]byte{}
-	return nil
+// Leave ends the placement Enter began.
+func (p *rxPlace) Leave() {
+	p.rx.curMR = nil
+	p.rx.leavePlace(p.mr)
 }
 
-// readvFD is readDirect's raw read: false asks the poller to wait for
-// the socket to become readable.
-func (rx *rxEngine) readvFD(fd uintptr) bool {
-	for {
-		if !placeValid(rx.curMR, rx.curST) {
-			rx.vn, rx.verr = 0, errCut
-			return true
+// fpdu receives one FPDU, header first: the DDP header (with the RDMAP
+// control byte in it) is checked as soon as its bytes are in, before any
+// byte of the rest is awaited; a control message's body (the rest of its
+// ULPDU) is read only once its header passed.
+func (rx *rxEngine) fpdu() (*termInfo, error) {
+	rd := rx.rd
+	ulen, err := rd.Next()
+	if err != nil {
+		if rd.Partial() {
+			rx.gotFirst() // part of an FPDU came: the peer has spoken
 		}
-		n, err := sys.Readv(fd, rx.viov[:])
-		switch err {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		rx.vn, rx.verr = n, err
-		if err != nil {
-			rx.vn, rx.verr = 0, os.NewSyscallError("readv", err)
-		}
-		return true
-	}
-}
-
-// fpduDirect receives one FPDU on the header-first path.
-func (rx *rxEngine) fpduDirect() (*termInfo, error) {
-	if err := rx.fill(mpa.LengthFieldLen); err != nil {
 		return nil, err
 	}
 	rx.gotFirst()
-	rx.inFPDU = true
-	ulen := int(binary.BigEndian.Uint16(rx.b[rx.r:]))
 	if ulen < ddp.TaggedHeaderLen {
-		return rx.malformedDirect(ulen)
+		return rx.malformed(ulen)
 	}
-	if err := rx.fill(mpa.LengthFieldLen + 1); err != nil {
-		return nil, unexpected(err)
+	h, err := rd.Header(1)
+	if err != nil {
+		return nil, err
 	}
-	hl := ddp.HeaderLen(rx.b[rx.r+mpa.LengthFieldLen])
+	hl := ddp.HeaderLen(h[0])
 	if ulen < hl {
-		return rx.malformedDirect(ulen)
+		return rx.malformed(ulen)
 	}
-	// Header first: the DDP header (with the RDMAP control byte) is
-	// checked as soon as it is in, before any byte of the rest is
-	// awaited; a control message's body (the rest of its ULPDU) is read
-	// only once its header passed.
-	if err := rx.fill(mpa.LengthFieldLen + hl); err != nil {
-		return nil, unexpected(err)
+	if h, err = rd.Header(hl); err != nil {
+		return nil, err
 	}
-	h := rx.b[rx.r : rx.r+mpa.LengthFieldLen+hl]
-	rx.c = 0
-	if rx.crc {
-		rx.c = mpa.UpdateCRC(0, h)
-	}
-	rx.r += len(h)
-	if ti := rx.begin(ulen, h[mpa.LengthFieldLen:]); ti != nil {
+	if ti := rx.begin(ulen, h); ti != nil {
 		if !rx.crc {
 			// Nothing to wait for: answer now (as siw does); the rest
 			// of the FPDU is drained with the stream.
 			return ti, nil
 		}
-		return rx.discardRest(ulen-hl, ti)
+		return rx.discardRest(ti)
 	}
-	if need := headerNeed(h[mpa.LengthFieldLen:], ulen); need > hl {
-		if err := rx.fill(need - hl); err != nil {
-			return nil, unexpected(err)
+	if need := headerNeed(h, ulen); need > hl {
+		if h, err = rd.Header(min(need, hdrCopy-mpa.LengthFieldLen)); err != nil {
+			return nil, err
 		}
-		body := rx.b[rx.r : rx.r+need-hl]
-		if rx.crc {
-			rx.c = mpa.UpdateCRC(rx.c, body)
+		rx.hn = mpa.LengthFieldLen + copy(rx.hdr[mpa.LengthFieldLen:], h)
+		if need > len(h) {
+			if err := rd.Discard(); err != nil {
+				return nil, err
+			}
 		}
-		rx.hn += copy(rx.hdr[rx.hn:], body)
-		rx.r += len(body)
 	}
 	for i := range rx.nplan {
-		d := rx.plan[i]
-		var err error
-		if rx.crc {
-			err = rx.readIntoCRC(d, rx.planMR[i], rx.planST[i])
-		} else {
-			err = rx.readInto(d, rx.planMR[i], rx.planST[i])
-		}
-		if err != nil {
-			if err == errCut {
-				return rx.cutTerm(), nil
-			}
+		rx.place.mr, rx.place.want = rx.planMR[i], rx.planST[i]
+		err := rd.Place(rx.plan[i], &rx.place)
+		rx.place.mr = nil
+		switch err {
+		case nil:
+		case errCut:
+			return rx.cutTerm(), nil
+		case mpa.ErrBadCRC: // Buffered: checked before placing
+			rx.qp.stats.crcErrors.Add(1)
+			return rx.crcTerm(), nil
+		default:
 			return nil, err
 		}
 		rx.plan[i] = nil
 	}
-	// Read the buffer one FPDU at a time only when the payload will go
-	// straight from the socket into memory (readInto's direct case);
-	// shorter payloads are copied through the buffer anyway, so read ahead.
-	rx.big = !rx.crc && rx.plen >= directMin+bigSlack
-	if ti, err := rx.trailer(ulen); ti != nil || err != nil {
-		return ti, err
-	}
-	rx.qp.stats.rxFPDUs.Add(1)
-	rx.qp.stats.rxBytes.Add(uint64(mpa.FPDULen(ulen)))
-	return rx.end(), nil
-}
-
-// trailer reads pad and CRC and checks the CRC.
-func (rx *rxEngine) trailer(ulen int) (*termInfo, error) {
-	pad := mpa.PadLen(ulen)
-	if err := rx.fill(pad + mpa.CRCLen); err != nil {
-		return nil, unexpected(err)
-	}
-	t := rx.b[rx.r : rx.r+pad+mpa.CRCLen]
-	rx.r += len(t)
-	if !rx.crc {
-		return nil, nil
-	}
-	if mpa.UpdateCRC(rx.c, t[:pad]) != mpa.GetCRC(t[pad:]) {
+	switch err := rd.Trailer(); err {
+	case nil:
+	case mpa.ErrBadCRC:
 		rx.qp.stats.crcErrors.Add(1)
 		return rx.crcTerm(), nil
+	default:
+		return nil, err
 	}
-	return nil, nil
+	wl, _ := rd.WireLen()
+	rx.qp.stats.rxFPDUs.Add(1)
+	rx.qp.stats.rxBytes.Add(uint64(wl))
+	return rx.end(), nil
 }
 
 func (rx *rxEngine) crcTerm() *termInfo {
@@ -629,52 +442,35 @@ func (rx *rxEngine) crcTerm() *termInfo {
 	return ti
 }
 
-// discardRest reads the n ULPDU bytes left of an FPDU whose header failed
-// validation, and its trailer, through the CRC: with CRC in use, a bad
-// CRC is what gets reported (the header itself may be what is corrupt).
-func (rx *rxEngine) discardRest(n int, ti *termInfo) (*termInfo, error) {
-	for n > 0 {
-		k := min(n, rxBufSize/2)
-		if err := rx.fill(k); err != nil {
-			return nil, unexpected(err)
-		}
-		if rx.crc {
-			rx.c = mpa.UpdateCRC(rx.c, rx.b[rx.r:rx.r+k])
-		}
-		rx.r += k
-		n -= k
-	}
+// discardRest drops the rest of an FPDU whose header failed validation,
+// and its trailer, through the CRC: with CRC in use, a bad CRC is what
+// gets reported (the header itself may be what is corrupt).
+func (rx *rxEngine) discardRest(ti *termInfo) (*termInfo, error) {
 	saved := *ti
-	crcTi, err := rx.trailer(rx.ulen)
-	if err != nil {
+	if err := rx.rd.Discard(); err != nil {
 		return nil, err
 	}
-	if crcTi != nil {
-		return crcTi, nil
+	switch err := rx.rd.Trailer(); err {
+	case nil:
+	case mpa.ErrBadCRC:
+		rx.qp.stats.crcErrors.Add(1)
+		return rx.crcTerm(), nil
+	default:
+		return nil, err
 	}
 	rx.ti = saved
 	return &rx.ti, nil
 }
 
-// malformedDirect handles a ULPDU too short for the DDP header it
-// announces: siw answers LLP/MPA "marker and ULPDU length mismatch".
-func (rx *rxEngine) malformedDirect(ulen int) (*termInfo, error) {
+// malformed handles a ULPDU too short for the DDP header it announces:
+// siw answers LLP/MPA "marker and ULPDU length mismatch" (after the CRC,
+// when one is in use).
+func (rx *rxEngine) malformed(ulen int) (*termInfo, error) {
 	rx.ulen = ulen
-	rx.c = 0
 	if !rx.crc {
 		return rx.shortTerm(), nil
 	}
-	if err := rx.fill(mpa.LengthFieldLen + ulen); err != nil {
-		return nil, unexpected(err)
-	}
-	if rx.crc {
-		rx.c = mpa.UpdateCRC(0, rx.b[rx.r:rx.r+mpa.LengthFieldLen+ulen])
-	}
-	rx.r += mpa.LengthFieldLen + ulen
-	if ti, err := rx.trailer(ulen); ti != nil || err != nil {
-		return ti, err
-	}
-	return rx.shortTerm(), nil
+	return rx.discardRest(rx.shortTerm())
 }
 
 func (rx *rxEngine) shortTerm() *termInfo {
@@ -684,63 +480,6 @@ func (rx *rxEngine) shortTerm() *termInfo {
 }
 
 var errShortULPDU = errors.New("rdmap: ULPDU too short for its headers")
-
-// runBuffered is the receive path through mpa.Deframer (markers, or
-// QPConfig.BufferedRx).
-func (rx *rxEngine) runBuffered() error {
-	qp := rx.qp
-	for {
-		if qp.broken.Load() {
-			return rx.drain()
-		}
-		f, err := rx.df.Next()
-		if err == mpa.ErrBadCRC {
-			rx.gotFirst()
-			qp.stats.crcErrors.Add(1)
-			rx.failWith(rx.crcTerm())
-			continue
-		}
-		if err != nil {
-			if len(rx.df.Buffered()) > 0 {
-				rx.gotFirst() // part of an FPDU came: the peer has spoken
-			}
-			return err
-		}
-		rx.gotFirst()
-		qp.stats.rxFPDUs.Add(1)
-		qp.stats.rxBytes.Add(uint64(f.WireLen))
-		ti := rx.fpduBuffered(f.ULPDU)
-		rx.dropRefs()
-		if ti != nil {
-			rx.failWith(ti)
-		}
-	}
-}
-
-func (rx *rxEngine) fpduBuffered(ul []byte) *termInfo {
-	ulen := len(ul)
-	rx.ulen = ulen
-	if ulen < ddp.TaggedHeaderLen || ulen < ddp.HeaderLen(ul[0]) {
-		return rx.shortTerm()
-	}
-	need := headerNeed(ul[:ddp.HeaderLen(ul[0])], ulen)
-	if ti := rx.begin(ulen, ul[:need]); ti != nil {
-		return ti
-	}
-	p := ul[need:]
-	for i := range rx.nplan {
-		mr := rx.planMR[i]
-		if !rx.enterPlace(mr, rx.planST[i]) {
-			return rx.cutTerm()
-		}
-		n := copy(rx.plan[i], p)
-		rx.leavePlace(mr)
-		p = p[n:]
-		rx.plan[i] = nil
-		rx.qp.stats.rxCopied.Add(uint64(n))
-	}
-	return rx.end()
-}
 
 // headerNeed returns how many ULPDU bytes make up the headers of an FPDU
 // whose DDP header is h: the DDP header for data messages (Write, Read
