@@ -237,14 +237,10 @@ func (qp *QP) rxEnd(conn net.Conn, err error) {
 			return
 		}
 		qp.peerClosed()
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		// Best effort: the peer may still read after its FIN.
-		ti := llpTerm(mpa.TermTCPClosed)
-		ti.cause = errTruncated
-		qp.fail(ti.err(), ti)
-	case errors.Is(err, ErrRxStalled):
-		ti := llpTerm(mpa.TermTCPClosed)
-		ti.cause = ErrRxStalled
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, ErrRxStalled):
+		// Best effort after a truncation: the peer may still read after
+		// its FIN.
+		ti := qp.rx.termFor(err)
 		qp.fail(ti.err(), ti)
 	case qp.rx.selfClosed.Load():
 		qp.ring()
@@ -416,7 +412,7 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 			return rx.cutTerm(), nil
 		case mpa.ErrBadCRC: // Buffered: checked before placing
 			rx.qp.stats.crcErrors.Add(1)
-			return rx.crcTerm(), nil
+			return rx.termFor(mpa.ErrBadCRC), nil
 		default:
 			return nil, err
 		}
@@ -426,7 +422,7 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	case nil:
 	case mpa.ErrBadCRC:
 		rx.qp.stats.crcErrors.Add(1)
-		return rx.crcTerm(), nil
+		return rx.termFor(mpa.ErrBadCRC), nil
 	default:
 		return nil, err
 	}
@@ -434,12 +430,6 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rx.qp.stats.rxFPDUs.Add(1)
 	rx.qp.stats.rxBytes.Add(uint64(wl))
 	return rx.end(), nil
-}
-
-func (rx *rxEngine) crcTerm() *termInfo {
-	ti := &rx.ti
-	*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermCRC), cause: mpa.ErrBadCRC}
-	return ti
 }
 
 // discardRest drops the rest of an FPDU whose header failed validation,
@@ -454,7 +444,7 @@ func (rx *rxEngine) discardRest(ti *termInfo) (*termInfo, error) {
 	case nil:
 	case mpa.ErrBadCRC:
 		rx.qp.stats.crcErrors.Add(1)
-		return rx.crcTerm(), nil
+		return rx.termFor(mpa.ErrBadCRC), nil
 	default:
 		return nil, err
 	}
@@ -468,15 +458,9 @@ func (rx *rxEngine) discardRest(ti *termInfo) (*termInfo, error) {
 func (rx *rxEngine) malformed(ulen int) (*termInfo, error) {
 	rx.ulen = ulen
 	if !rx.crc {
-		return rx.shortTerm(), nil
+		return rx.termFor(errShortULPDU), nil
 	}
-	return rx.discardRest(rx.shortTerm())
-}
-
-func (rx *rxEngine) shortTerm() *termInfo {
-	ti := &rx.ti
-	*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermMarker), cause: errShortULPDU}
-	return ti
+	return rx.discardRest(rx.termFor(errShortULPDU))
 }
 
 var errShortULPDU = errors.New("rdmap: ULPDU too short for its headers")
@@ -548,8 +532,9 @@ func (rx *rxEngine) term(layer wire.Layer, etype, code uint8, hdrs bool) *termIn
 	return ti
 }
 
+// termDDP is termFor for the DDP error of the given type and code.
 func (rx *rxEngine) termDDP(etype ddp.ErrorType, code ddp.ErrorCode) *termInfo {
-	return rx.term(wire.LayerDDP, uint8(etype), uint8(code), true)
+	return rx.termFor(&ddp.Error{Type: etype, Code: code})
 }
 
 // termReadReq is an RDMAP remote protection error on a Read Request: M, D
@@ -624,9 +609,9 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 		// RFC 5041 §7.2: invalid DDP version; siw sends no header back
 		// (the layout is unknown).
 		if h[0]&ddp.FlagTagged != 0 {
-			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), uint8(ddp.CodeTaggedVersion), false)
+			return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeTaggedVersion)
 		}
-		return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeUntagged), uint8(ddp.CodeUntaggedVersion), false)
+		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeUntaggedVersion)
 	}
 	ver, _, op := wire.Control(dh.RsvdULP())
 	rx.op = op
@@ -653,7 +638,7 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	body := ulen - hl
 	size, minimum := ctrlBody(op)
 	if body < minimum {
-		ti := rx.shortTerm()
+		ti := rx.termFor(errShortULPDU)
 		return ti
 	}
 	if size >= 0 && body > size {
@@ -706,7 +691,7 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 		}
 		st := mr.st.Load()
 		if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(plen)); e != accessOK {
-			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
+			return rx.termDDP(ddp.ErrTypeTagged, ddp.ErrorCode(e.ddpCode()))
 		}
 		rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(plen)], mr, st
 		rx.nplan = 1
@@ -747,7 +732,7 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 		st := o.mr.st.Load()
 		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen)); e != accessOK {
 			qp.setWRStatus(o, WCLocProtErr)
-			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
+			return rx.termDDP(ddp.ErrTypeTagged, ddp.ErrorCode(e.ddpCode()))
 		}
 		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[start:start+uint64(plen)], o.mr, st
 		rx.nplan = 1
