@@ -613,13 +613,13 @@ func (qp *QP) flushAll() {
 	}
 	qp.sqMu.Unlock()
 
-	if qp.rx.recvActive {
-		qp.rx.recvActive = false
+	if qp.rx.untagged.Active() {
+		qp.rx.untagged.Abandon()
 		st := qp.rx.recvStatus
 		if st == WCSuccess {
 			st = WCWRFlushErr
 		}
-		wc := WC{ID: qp.rx.recv.id, Status: st, Op: WCRecv, ByteLen: qp.rx.recvMO, QPN: qp.qpn}
+		wc := WC{ID: qp.rx.recv.id, Status: st, Op: WCRecv, ByteLen: qp.rx.untagged.MO(), QPN: qp.qpn}
 		if !qp.rcq.push(&wc) {
 			ovf = true
 		}

@@ -139,14 +139,14 @@ type rxEngine struct {
 	ti     termInfo
 	first  bool
 
-	msn [4]uint32 // expected MSN per untagged queue (QN 0..3), from 1
+	// DDP's placement state (package ddp decides what is valid): the
+	// expected MSN per untagged queue and the untagged message in
+	// progress; the tagged message in progress.
+	untagged ddp.UntaggedSink
+	tagged   ddp.TaggedSink
 
-	// The untagged (QN 0) message in progress.
-	recvActive bool
+	// The receive (QN 0) the untagged message in progress fills.
 	recv       rqEntry
-	recvMSN    uint32
-	recvMO     uint32
-	recvTotal  uint64
 	recvSge    int
 	recvSgeOff uint64
 	recvStatus WCStatus
@@ -156,18 +156,15 @@ type rxEngine struct {
 	rtrSeen    bool
 
 	// The tagged message in progress.
-	tagActive bool
-	tagOp     wire.Opcode
-	tagSTag   STag
-	tagTO     uint64
-	tagMR     *MR // Write target, referenced while the message lasts
-	orqE      *orqEntry
+	tagOp wire.Opcode
+	tagMR *MR // Write target, referenced while the message lasts
+	orqE  *orqEntry
 }
 
 func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.qp, rx.conn = qp, conn
 	rx.crc = qp.p.CRC
-	rx.msn = [4]uint32{1, 1, 1, 1}
+	rx.untagged.Reset()
 	rx.stall = qp.cfg.RxStallTimeout
 	rx.place.rx = rx
 	if sc, ok := conn.(syscall.Conn); ok {
@@ -648,15 +645,8 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	if op == wire.OpTerminate {
 		return nil // checked, as siw does, only to call it bogus
 	}
-	qn := dh.QN()
-	if qn != queueOf(op) {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidQN)
-	}
-	if dh.MSN() != rx.msn[qn] || (qn == wire.QNSend && rx.recvActive) {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
-	}
-	if dh.MO() != 0 {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
+	if err := rx.untagged.Single(dh, queueOf(op)); err != nil {
+		return rx.termFor(err)
 	}
 	return nil
 }
@@ -664,39 +654,49 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 // beginWrite validates an RDMA Write segment (RFC 5041 §5.3, tagged
 // buffer model; siw_write_check_ntoh and siw_proc_write).
 func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
-	qp := rx.qp
-	stag, to := dh.STag(), dh.TO()
-	if rx.tagActive {
-		if rx.tagOp != wire.OpWrite {
-			return rx.intersection()
-		}
-		if stag != rx.tagSTag {
-			return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
-		}
-		if to != rx.tagTO {
-			return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeBaseBounds)
-		}
+	if rx.tagged.Active() && rx.tagOp != wire.OpWrite {
+		return rx.intersection()
 	}
 	rx.plen = plen
-	if plen > 0 {
-		// A zero-length Write is accepted without a check (siw does; the
-		// P2P RTR is one, to STag 1).
-		mr := rx.tagMR
-		if mr == nil {
-			mr = qp.dev.lookupMR(stag)
-			if mr == nil || !mr.acquire() {
-				return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
-			}
-			rx.tagMR = mr
-		}
-		st := mr.st.Load()
-		if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(plen)); e != accessOK {
-			return rx.termDDP(ddp.ErrTypeTagged, ddp.ErrorCode(e.ddpCode()))
-		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(plen)], mr, st
-		rx.nplan = 1
+	if err := rx.tagged.Segment(dh, plen, rx); err != nil {
+		return rx.termFor(err)
 	}
-	rx.tagActive, rx.tagOp, rx.tagSTag, rx.tagTO = true, wire.OpWrite, stag, to+uint64(plen)
+	rx.tagOp = wire.OpWrite
+	return nil
+}
+
+// CheckRegion is the tagged side of placement (ddp.Regions): it checks
+// the region the current segment names, takes it (a Write's target is
+// referenced while its message lasts) and plans the placement. The region
+// is found through the device's STag lookup (Write) or the Read at the
+// head of the ORQ (Read Response).
+func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
+	qp := rx.qp
+	if rx.op == wire.OpReadResponse {
+		o := rx.orqE
+		st := o.mr.st.Load()
+		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, to, uint64(n)); e != accessOK {
+			qp.setWRStatus(o, WCLocProtErr)
+			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.ErrorCode(e.ddpCode())}
+		}
+		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[to:to+uint64(n)], o.mr, st
+		rx.nplan = 1
+		return nil
+	}
+	mr := rx.tagMR
+	if mr == nil {
+		mr = qp.dev.lookupMR(stag)
+		if mr == nil || !mr.acquire() {
+			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.CodeInvalidSTag}
+		}
+		rx.tagMR = mr
+	}
+	st := mr.st.Load()
+	if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(n)); e != accessOK {
+		return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.ErrorCode(e.ddpCode())}
+	}
+	rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(n)], mr, st
+	rx.nplan = 1
 	return nil
 }
 
@@ -704,7 +704,7 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 // the head of the ORQ (siw_rresp_check_ntoh).
 func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	qp := rx.qp
-	if rx.tagActive && rx.tagOp != wire.OpReadResponse {
+	if rx.tagged.Active() && rx.tagOp != wire.OpReadResponse {
 		return rx.intersection()
 	}
 	qp.sqMu.Lock()
@@ -718,27 +718,15 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 		// catastrophic).
 		return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 	}
-	stag, to := dh.STag(), dh.TO()
-	if stag != o.sinkSTag {
-		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
+	// It lands where its Read said, from where the last segment ended,
+	// and ends with the Read.
+	rx.plen, rx.orqE = plen, o
+	rx.tagged.Expect(o.sinkSTag, o.off+uint64(o.got), o.off+uint64(o.length))
+	if err := rx.tagged.Segment(dh, plen, rx); err != nil {
+		rx.orqE = nil
+		return rx.termFor(err)
 	}
-	if to != o.off+uint64(o.got) || uint64(o.got)+uint64(plen) > uint64(o.length) ||
-		(rx.last && o.got+uint32(plen) != o.length) {
-		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeBaseBounds)
-	}
-	rx.plen = plen
-	if plen > 0 {
-		start := o.off + uint64(o.got)
-		st := o.mr.st.Load()
-		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen)); e != accessOK {
-			qp.setWRStatus(o, WCLocProtErr)
-			return rx.termDDP(ddp.ErrTypeTagged, ddp.ErrorCode(e.ddpCode()))
-		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[start:start+uint64(plen)], o.mr, st
-		rx.nplan = 1
-	}
-	rx.orqE = o
-	rx.tagActive, rx.tagOp = true, wire.OpReadResponse
+	rx.tagOp = wire.OpReadResponse
 	return nil
 }
 
@@ -747,17 +735,10 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 // siw_send_check_ntoh and siw_proc_send).
 func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo {
 	qp := rx.qp
-	msn, mo := dh.MSN(), dh.MO()
-	if dh.QN() != wire.QNSend {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidQN)
+	if err := rx.untagged.Segment(dh, wire.QNSend); err != nil {
+		return rx.termFor(err)
 	}
-	if rx.recvActive {
-		if msn != rx.recvMSN {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
-		}
-		if mo != rx.recvMO {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
-		}
+	if rx.untagged.Continues(dh) {
 		if op != rx.recvOp {
 			return rx.intersection()
 		}
@@ -768,39 +749,28 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 			return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		}
 	} else {
-		if msn != rx.msn[wire.QNSend] {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
-		}
-		if mo != 0 {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
-		}
 		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.last {
 			// The zero-length Send RTR: consumed, not delivered.
 			rx.rtrSwallow = true
 			return nil
 		}
-		if !qp.takeRecv(&rx.recv) {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
+		if err := rx.untagged.Begin(dh, rx); err != nil {
+			return rx.termFor(err)
 		}
-		rx.recvActive, rx.recvMSN, rx.recvMO, rx.recvOp = true, msn, 0, op
+		rx.recvOp = op
 		rx.recvStatus, rx.recvSge, rx.recvSgeOff = WCSuccess, 0, 0
 		rx.recvInv = STag(dh.RsvdULP32())
-		rx.recvTotal = 0
-		for i := range rx.recv.nsge {
-			rx.recvTotal += uint64(rx.recv.sgl[i].Length)
-		}
 	}
 	rx.plen = plen
-	if uint64(rx.recvMO)+uint64(plen) > rx.recvTotal {
-		// siw reports a Send too long for the buffer as "no buffer"
-		// (0x02), not RFC 5041's "message too long" (0x05).
+	if err := rx.untagged.Fit(plen); err != nil {
 		rx.recvStatus = WCLocLenErr
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
+		return rx.termFor(err)
 	}
 	pd := qp.pdForRecv()
 	for n := uint64(plen); n > 0; {
 		if rx.recvSge >= int(rx.recv.nsge) {
-			// Unreachable while recvMO+plen <= recvTotal <= MaxRecvLen;
+			// Unreachable while Fit holds (MO+plen <= the SGL's total
+			// <= MaxRecvLen);
 			// a guard, never an index past the SGL.
 			rx.recvStatus = WCLocLenErr
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
@@ -827,6 +797,20 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 	return nil
 }
 
+// TakeBuffer is the untagged side of placement (ddp.Buffers): the
+// receive posted on the QP (or its SRQ) for the Send that begins, and its
+// total length.
+func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
+	if qn != wire.QNSend || !rx.qp.takeRecv(&rx.recv) {
+		return 0, false
+	}
+	var total uint64
+	for i := range rx.recv.nsge {
+		total += uint64(rx.recv.sgl[i].Length)
+	}
+	return total, true
+}
+
 // end commits a received FPDU whose CRC checked: completions, MSNs, queued
 // responses, invalidations, atomics. It returns the Terminate for an error
 // found only now.
@@ -834,8 +818,8 @@ func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
 	switch rx.op {
 	case wire.OpWrite:
+		rx.tagged.Placed(rx.last)
 		if rx.last {
-			rx.tagActive = false
 			if rx.tagMR != nil {
 				rx.tagMR.release()
 				rx.tagMR = nil
@@ -843,22 +827,23 @@ func (rx *rxEngine) end() *termInfo {
 		}
 	case wire.OpReadResponse:
 		rx.orqE.got += uint32(rx.plen)
+		rx.tagged.Placed(rx.last)
 		if rx.last {
-			rx.tagActive, rx.orqE = false, nil
+			rx.orqE = nil
 			qp.completeORQ()
 		}
 	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		if rx.rtrSwallow {
 			rx.rtrSwallow, rx.rtrSeen = false, true
-			rx.msn[wire.QNSend]++
+			rx.untagged.Skip(wire.QNSend)
 			return nil
 		}
-		rx.recvMO += uint32(rx.plen)
+		rx.untagged.Placed(rx.plen, rx.last)
 		if rx.last {
 			return rx.completeRecv()
 		}
 	case wire.OpImmData, wire.OpImmDataSE:
-		rx.msn[wire.QNSend]++
+		rx.untagged.Skip(wire.QNSend)
 		if !qp.takeRecv(&rx.recv) {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
 		}
@@ -892,9 +877,7 @@ func (qp *QP) pushRecv(wc *WC) {
 // invalidating the Send with Invalidate's STag first (RFC 5040 §5.2).
 func (rx *rxEngine) completeRecv() *termInfo {
 	qp := rx.qp
-	rx.msn[wire.QNSend]++
-	rx.recvActive = false
-	wc := WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.recvMO, QPN: qp.qpn}
+	wc := WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.untagged.MO(), QPN: qp.qpn}
 	if rx.recvOp == wire.OpSendSE || rx.recvOp == wire.OpSendSEInv {
 		wc.Flags |= WCSolicited
 	}
@@ -954,7 +937,7 @@ func (rx *rxEngine) readRequest() *termInfo {
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{mr: mr, off: rr.SrcTO(), length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()}
 	qp.irqTail++
 	qp.sqMu.Unlock()
-	rx.msn[wire.QNReadRequest]++
+	rx.untagged.Skip(wire.QNReadRequest)
 	qp.ring()
 	return nil
 }
@@ -964,7 +947,7 @@ func (rx *rxEngine) readRequest() *termInfo {
 func (rx *rxEngine) terminate() {
 	qp := rx.qp
 	dh := ddp.Header(rx.hdr[mpa.LengthFieldLen : mpa.LengthFieldLen+rx.ddpLen])
-	bogus := dh.QN() != wire.QNTerminate || dh.MSN() != rx.msn[wire.QNTerminate] || dh.MO() != 0
+	bogus := dh.QN() != wire.QNTerminate || dh.MSN() != rx.untagged.MSN(wire.QNTerminate) || dh.MO() != 0
 	var t wire.Terminate
 	body := rx.hdr[mpa.LengthFieldLen+rx.ddpLen : rx.hn]
 	var perr error
@@ -1047,7 +1030,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{atomic: true, reqID: a.ReqID, orig: orig}
 	qp.irqTail++
 	qp.sqMu.Unlock()
-	rx.msn[wire.QNAtomic]++
+	rx.untagged.Skip(wire.QNAtomic)
 	qp.ring()
 	return nil
 }
@@ -1085,7 +1068,7 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	if o == nil || !o.atomic || o.reqID != a.ReqID {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, true)
 	}
-	rx.msn[wire.QNAtomic]++
+	rx.untagged.Skip(wire.QNAtomic)
 	st := o.mr.st.Load()
 	if o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8) != accessOK || !rx.enterPlace(o.mr, st) {
 		qp.setWRStatus(o, WCLocProtErr)
