@@ -88,56 +88,48 @@ const (
 var rxPool = bufpool.New(mpa.ReaderBufSize)
 
 // rxEngine is the receive engine's state, owned by the receive goroutine
-// (ended and selfClosed are read by the send goroutine).
+// but for the atomics the send goroutine and fences use (ended,
+// selfClosed, placing, shutdownAt).
 type rxEngine struct {
 	qp   *QP
 	conn net.Conn
-	crc  bool
-	rd   *mpa.Reader // the FPDU reader, on bufp's buffer
-	bufp *[]byte
+	crc  bool // CRC32c negotiated for this direction
 
-	rawc       syscall.RawConn
-	viov       [2][]byte
-	vn         int
-	verr       error
-	vfn        func(uintptr) bool
+	// Reading (rxio.go): the FPDU reader on a pooled buffer, and the raw
+	// readv path it places large payloads through.
+	rd      *mpa.Reader
+	bufp    *[]byte
+	rawConn syscall.RawConn    // nil: the connection has no file descriptor
+	iov     [2][]byte          // readvFD's vector: payload, then read-ahead
+	iovN    int                // readvFD's result
+	iovErr  error              //
+	readvFn func(uintptr) bool // readvFD, bound once
+
+	// Deadlines (rxio.go).
+	stallTimeout time.Duration // QPConfig.RxStallTimeout (0: off)
+	progressAt   time.Time     // when a read last returned data
+	stallArmed   bool          // the stall deadline is set
+	draining     bool          // reading only to drop what still comes
+	// shutdownAt is the read deadline the send engine set when it shut
+	// its side down (Unix ns; 0: none).
+	shutdownAt atomic.Int64
+
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
+	peerSpoke  bool        // the first FPDU (or part of one) arrived: rxFirst closed
 	// placing is the region a placement is writing into (nil between
 	// placements), for fences to find whom to poke (MR.fence).
 	placing atomic.Pointer[MR]
-	// shutdownAt is the read deadline the send engine set when it shut
-	// its side down (Unix ns; 0: none). See rxio.go.
-	shutdownAt atomic.Int64
-	stall      time.Duration // QPConfig.RxStallTimeout (0: off)
-	progressAt time.Time     // when a read last returned data
-	armed      bool          // the stall deadline is set
-	draining   bool
-	// The placement in progress (the Placer the reader calls, and the
-	// raw path's check: readvFD).
+	// place is the placement in progress: the Placer the reader calls,
+	// and what readvFD checks before each system call.
 	place rxPlace
-	curMR *MR
-	curST uint64
 	// err is the receive direction's first fatal error (sticky): the
 	// Terminate it detected, or why reading stopped.
 	err error
 
-	// The current FPDU.
-	hdr    [hdrCopy]byte // ULPDU_Length and the headers
-	hn     int
-	ulen   int
-	ddpLen int
-	op     wire.Opcode
-	last   bool
-	plen   int
-	plan   [MaxSGE + 1][]byte
-	planMR [MaxSGE + 1]*MR    // the region of each plan entry
-	planST [MaxSGE + 1]uint64 // its STag word when validated
-	nplan  int
-	refs   [MaxSGE + 1]*MR
-	nrefs  int
-	ti     termInfo
-	first  bool
+	cur     rxFPDU   // the FPDU being received
+	plan    rxPlan   // where its payload goes
+	termBuf termInfo // the Terminate it may get (term, termFor)
 
 	// DDP's placement state (package ddp decides what is valid): the
 	// expected MSN per untagged queue and the untagged message in
@@ -147,30 +139,53 @@ type rxEngine struct {
 
 	// The receive (QN 0) the untagged message in progress fills.
 	recv       rqEntry
-	recvSge    int
-	recvSgeOff uint64
+	recvSGE    int    // the SGE the next byte goes to
+	recvSGEOff uint64 // and its offset in it
 	recvStatus WCStatus
 	recvOp     wire.Opcode
-	recvInv    STag
-	rtrSwallow bool
+	recvInv    STag // Send with Invalidate: the STag every segment names
+	rtrSwallow bool // the current Send is the P2P RTR: consumed, not delivered
 	rtrSeen    bool
 
 	// The tagged message in progress.
-	tagOp wire.Opcode
-	tagMR *MR // Write target, referenced while the message lasts
-	orqE  *orqEntry
+	taggedOp wire.Opcode
+	writeMR  *MR       // a Write's target, referenced while the message lasts
+	readResp *orqEntry // a Read Response's Read (the ORQ head)
+}
+
+// rxFPDU is what the receive engine keeps of the FPDU it is receiving.
+type rxFPDU struct {
+	hdr        [hdrCopy]byte // ULPDU_Length and the headers
+	hdrLen     int           // bytes of hdr in use
+	ulpduLen   int
+	ddpHdrLen  int
+	op         wire.Opcode
+	last       bool // DDP's L flag
+	payloadLen int
+}
+
+// rxPlan is where the payload of the current FPDU goes: up to MaxSGE+1
+// pieces of registered memory, each with its region and the STag word it
+// was validated with, and the regions referenced meanwhile.
+type rxPlan struct {
+	dst   [MaxSGE + 1][]byte
+	mr    [MaxSGE + 1]*MR
+	word  [MaxSGE + 1]uint64
+	n     int
+	refs  [MaxSGE + 1]*MR
+	nrefs int
 }
 
 func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.qp, rx.conn = qp, conn
 	rx.crc = qp.p.CRC
 	rx.untagged.Reset()
-	rx.stall = qp.cfg.RxStallTimeout
+	rx.stallTimeout = qp.cfg.RxStallTimeout
 	rx.place.rx = rx
 	if sc, ok := conn.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
-			rx.rawc = rc
-			rx.vfn = rx.readvFD
+			rx.rawConn = rc
+			rx.readvFn = rx.readvFD
 		}
 	}
 	rx.bufp = rxPool.Get()
@@ -186,11 +201,11 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 
 func (rx *rxEngine) release() {
 	rx.dropRefs()
-	if rx.tagMR != nil {
-		rx.tagMR.release()
-		rx.tagMR = nil
+	if rx.writeMR != nil {
+		rx.writeMR.release()
+		rx.writeMR = nil
 	}
-	rx.orqE = nil
+	rx.readResp = nil
 	rx.rd = nil
 	if rx.bufp != nil {
 		rxPool.Put(rx.bufp)
@@ -280,8 +295,8 @@ func (rx *rxEngine) failWith(ti *termInfo) {
 }
 
 func (rx *rxEngine) gotFirst() {
-	if !rx.first {
-		rx.first = true
+	if !rx.peerSpoke {
+		rx.peerSpoke = true
 		close(rx.qp.rxFirst)
 	}
 }
@@ -337,7 +352,6 @@ func (p *rxPlace) Enter(n int, direct bool) error {
 	if !rx.enterPlace(p.mr, p.want) {
 		return errCut
 	}
-	rx.curMR, rx.curST = p.mr, p.want
 	if direct {
 		rx.qp.stats.rxDirect.Add(uint64(n))
 	} else {
@@ -348,7 +362,6 @@ func (p *rxPlace) Enter(n int, direct bool) error {
 
 // Leave ends the placement Enter began.
 func (p *rxPlace) Leave() {
-	p.rx.curMR = nil
 	p.rx.leavePlace(p.mr)
 }
 
@@ -392,16 +405,16 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 		if h, err = rd.Header(min(need, hdrCopy-mpa.LengthFieldLen)); err != nil {
 			return nil, err
 		}
-		rx.hn = mpa.LengthFieldLen + copy(rx.hdr[mpa.LengthFieldLen:], h)
+		rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
 		if need > len(h) {
 			if err := rd.Discard(); err != nil {
 				return nil, err
 			}
 		}
 	}
-	for i := range rx.nplan {
-		rx.place.mr, rx.place.want = rx.planMR[i], rx.planST[i]
-		err := rd.Place(rx.plan[i], &rx.place)
+	for i := range rx.plan.n {
+		rx.place.mr, rx.place.want = rx.plan.mr[i], rx.plan.word[i]
+		err := rd.Place(rx.plan.dst[i], &rx.place)
 		rx.place.mr = nil
 		switch err {
 		case nil:
@@ -413,7 +426,7 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 		default:
 			return nil, err
 		}
-		rx.plan[i] = nil
+		rx.plan.dst[i] = nil
 	}
 	switch err := rd.Trailer(); err {
 	case nil:
@@ -445,15 +458,15 @@ func (rx *rxEngine) discardRest(ti *termInfo) (*termInfo, error) {
 	default:
 		return nil, err
 	}
-	rx.ti = saved
-	return &rx.ti, nil
+	rx.termBuf = saved
+	return &rx.termBuf, nil
 }
 
 // malformed handles a ULPDU too short for the DDP header it announces:
 // siw answers LLP/MPA "marker and ULPDU length mismatch" (after the CRC,
 // when one is in use).
 func (rx *rxEngine) malformed(ulen int) (*termInfo, error) {
-	rx.ulen = ulen
+	rx.cur.ulpduLen = ulen
 	if !rx.crc {
 		return rx.termFor(errShortULPDU), nil
 	}
@@ -518,13 +531,13 @@ func rdmapHdrLen(op wire.Opcode, body int) int {
 // term builds the Terminate for the current FPDU; hdrs copies its DDP
 // header (M and D).
 func (rx *rxEngine) term(layer wire.Layer, etype, code uint8, hdrs bool) *termInfo {
-	ti := &rx.ti
+	ti := &rx.termBuf
 	*ti = termInfo{layer: layer, etype: etype, code: code}
 	if hdrs {
 		ti.m = true
-		ti.ddpLen = copy(ti.ddpHdr[:], rx.hdr[mpa.LengthFieldLen:mpa.LengthFieldLen+rx.ddpLen])
-		ti.ulpduLen = rx.ulen
-		ti.payLen = max(rx.ulen-rx.ddpLen-rdmapHdrLen(rx.op, rx.ulen-rx.ddpLen), 0)
+		ti.ddpLen = copy(ti.ddpHdr[:], rx.cur.hdr[mpa.LengthFieldLen:mpa.LengthFieldLen+rx.cur.ddpHdrLen])
+		ti.ulpduLen = rx.cur.ulpduLen
+		ti.payLen = max(rx.cur.ulpduLen-rx.cur.ddpHdrLen-rdmapHdrLen(rx.cur.op, rx.cur.ulpduLen-rx.cur.ddpHdrLen), 0)
 	}
 	return ti
 }
@@ -539,7 +552,7 @@ func (rx *rxEngine) termDDP(etype ddp.ErrorType, code ddp.ErrorCode) *termInfo {
 func (rx *rxEngine) termReadReq(code uint8) *termInfo {
 	ti := rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, code, true)
 	ti.hasRDMA = true
-	copy(ti.rdmaHdr[:], rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])
+	copy(ti.rdmaHdr[:], rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])
 	return ti
 }
 
@@ -558,33 +571,33 @@ func (rx *rxEngine) addRef(mr *MR) bool {
 	if !mr.acquire() {
 		return false
 	}
-	rx.refs[rx.nrefs] = mr
-	rx.nrefs++
+	rx.plan.refs[rx.plan.nrefs] = mr
+	rx.plan.nrefs++
 	return true
 }
 
 func (rx *rxEngine) dropRefs() {
-	for i := range rx.nrefs {
-		rx.refs[i].release()
-		rx.refs[i] = nil
+	for i := range rx.plan.nrefs {
+		rx.plan.refs[i].release()
+		rx.plan.refs[i] = nil
 	}
-	rx.nrefs = 0
-	for i := range rx.nplan {
-		rx.plan[i] = nil
-		rx.planMR[i] = nil
+	rx.plan.nrefs = 0
+	for i := range rx.plan.n {
+		rx.plan.dst[i] = nil
+		rx.plan.mr[i] = nil
 	}
-	rx.nplan = 0
+	rx.plan.n = 0
 }
 
 // cutTerm is the Terminate for a segment whose target memory was
 // invalidated or deregistered while it was being placed: the answer the
 // header check would have given had the region been invalid then.
 func (rx *rxEngine) cutTerm() *termInfo {
-	switch rx.op {
+	switch rx.cur.op {
 	case wire.OpWrite:
 		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
 	case wire.OpReadResponse:
-		rx.qp.setWRStatus(rx.orqE, WCLocProtErr)
+		rx.qp.setWRStatus(rx.readResp, WCLocProtErr)
 		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
 	}
 	rx.recvStatus = WCLocProtErr
@@ -597,10 +610,10 @@ func (rx *rxEngine) cutTerm() *termInfo {
 // undone. It returns the Terminate for an invalid FPDU.
 func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	hl := ddp.HeaderLen(h[0])
-	rx.ulen, rx.ddpLen, rx.plen, rx.nplan = ulen, hl, 0, 0
-	binary.BigEndian.PutUint16(rx.hdr[:], uint16(ulen))
-	rx.hn = mpa.LengthFieldLen + copy(rx.hdr[mpa.LengthFieldLen:], h)
-	clear(rx.hdr[rx.hn:])
+	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen, rx.plan.n = ulen, hl, 0, 0
+	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(ulen))
+	rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+	clear(rx.cur.hdr[rx.cur.hdrLen:])
 	dh, err := ddp.Parse(h)
 	if err != nil {
 		// RFC 5041 §7.2: invalid DDP version; siw sends no header back
@@ -611,14 +624,14 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeUntaggedVersion)
 	}
 	ver, _, op := wire.Control(dh.RsvdULP())
-	rx.op = op
+	rx.cur.op = op
 	if ver != wire.Version1 {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeInvalidVersion, false)
 	}
 	if !rx.opAllowed(op) || op.Tagged() != dh.Tagged() {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, false)
 	}
-	rx.last = dh.Last()
+	rx.cur.last = dh.Last()
 	switch op {
 	case wire.OpWrite:
 		return rx.beginWrite(dh, ulen-hl)
@@ -627,7 +640,7 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		return rx.beginSend(dh, op, ulen-hl)
 	}
-	if !rx.last {
+	if !rx.cur.last {
 		// Read Requests, atomics, Immediate Data and Terminates are
 		// single-segment messages (RFC 5040 §4.4, §4.8; RFC 7306).
 		return rx.intersection()
@@ -654,14 +667,14 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 // beginWrite validates an RDMA Write segment (RFC 5041 §5.3, tagged
 // buffer model; siw_write_check_ntoh and siw_proc_write).
 func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
-	if rx.tagged.Active() && rx.tagOp != wire.OpWrite {
+	if rx.tagged.Active() && rx.taggedOp != wire.OpWrite {
 		return rx.intersection()
 	}
-	rx.plen = plen
+	rx.cur.payloadLen = plen
 	if err := rx.tagged.Segment(dh, plen, rx); err != nil {
 		return rx.termFor(err)
 	}
-	rx.tagOp = wire.OpWrite
+	rx.taggedOp = wire.OpWrite
 	return nil
 }
 
@@ -672,31 +685,31 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 // head of the ORQ (Read Response).
 func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	qp := rx.qp
-	if rx.op == wire.OpReadResponse {
-		o := rx.orqE
+	if rx.cur.op == wire.OpReadResponse {
+		o := rx.readResp
 		st := o.mr.st.Load()
 		if e := o.mr.checkLocal(qp.pd, AccessLocalWrite, to, uint64(n)); e != accessOK {
 			qp.setWRStatus(o, WCLocProtErr)
 			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.ErrorCode(e.ddpCode())}
 		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = o.mr.buf[to:to+uint64(n)], o.mr, st
-		rx.nplan = 1
+		rx.plan.dst[0], rx.plan.mr[0], rx.plan.word[0] = o.mr.buf[to:to+uint64(n)], o.mr, st
+		rx.plan.n = 1
 		return nil
 	}
-	mr := rx.tagMR
+	mr := rx.writeMR
 	if mr == nil {
 		mr = qp.dev.lookupMR(stag)
 		if mr == nil || !mr.acquire() {
 			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.CodeInvalidSTag}
 		}
-		rx.tagMR = mr
+		rx.writeMR = mr
 	}
 	st := mr.st.Load()
 	if e := mr.check(qp.pd, stag, AccessRemoteWrite, to, uint64(n)); e != accessOK {
 		return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.ErrorCode(e.ddpCode())}
 	}
-	rx.plan[0], rx.planMR[0], rx.planST[0] = mr.buf[to:to+uint64(n)], mr, st
-	rx.nplan = 1
+	rx.plan.dst[0], rx.plan.mr[0], rx.plan.word[0] = mr.buf[to:to+uint64(n)], mr, st
+	rx.plan.n = 1
 	return nil
 }
 
@@ -704,7 +717,7 @@ func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 // the head of the ORQ (siw_rresp_check_ntoh).
 func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	qp := rx.qp
-	if rx.tagged.Active() && rx.tagOp != wire.OpReadResponse {
+	if rx.tagged.Active() && rx.taggedOp != wire.OpReadResponse {
 		return rx.intersection()
 	}
 	qp.sqMu.Lock()
@@ -720,13 +733,13 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	}
 	// It lands where its Read said, from where the last segment ended,
 	// and ends with the Read.
-	rx.plen, rx.orqE = plen, o
+	rx.cur.payloadLen, rx.readResp = plen, o
 	rx.tagged.Expect(o.sinkSTag, o.off+uint64(o.got), o.off+uint64(o.length))
 	if err := rx.tagged.Segment(dh, plen, rx); err != nil {
-		rx.orqE = nil
+		rx.readResp = nil
 		return rx.termFor(err)
 	}
-	rx.tagOp = wire.OpReadResponse
+	rx.taggedOp = wire.OpReadResponse
 	return nil
 }
 
@@ -749,7 +762,7 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 			return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		}
 	} else {
-		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.last {
+		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.cur.last {
 			// The zero-length Send RTR: consumed, not delivered.
 			rx.rtrSwallow = true
 			return nil
@@ -758,40 +771,40 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 			return rx.termFor(err)
 		}
 		rx.recvOp = op
-		rx.recvStatus, rx.recvSge, rx.recvSgeOff = WCSuccess, 0, 0
+		rx.recvStatus, rx.recvSGE, rx.recvSGEOff = WCSuccess, 0, 0
 		rx.recvInv = STag(dh.RsvdULP32())
 	}
-	rx.plen = plen
+	rx.cur.payloadLen = plen
 	if err := rx.untagged.Fit(plen); err != nil {
 		rx.recvStatus = WCLocLenErr
 		return rx.termFor(err)
 	}
 	pd := qp.pdForRecv()
 	for n := uint64(plen); n > 0; {
-		if rx.recvSge >= int(rx.recv.nsge) {
+		if rx.recvSGE >= int(rx.recv.nsge) {
 			// Unreachable while Fit holds (MO+plen <= the SGL's total
 			// <= MaxRecvLen);
 			// a guard, never an index past the SGL.
 			rx.recvStatus = WCLocLenErr
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
 		}
-		s := &rx.recv.sgl[rx.recvSge]
-		avail := uint64(s.Length) - rx.recvSgeOff
+		s := &rx.recv.sgl[rx.recvSGE]
+		avail := uint64(s.Length) - rx.recvSGEOff
 		if avail == 0 {
-			rx.recvSge++
-			rx.recvSgeOff = 0
+			rx.recvSGE++
+			rx.recvSGEOff = 0
 			continue
 		}
 		k := min(avail, n)
-		start := s.Offset + rx.recvSgeOff
+		start := s.Offset + rx.recvSGEOff
 		st := s.MR.st.Load()
 		if s.MR.checkLocal(pd, AccessLocalWrite, start, k) != accessOK || !rx.addRef(s.MR) {
 			rx.recvStatus = WCLocProtErr
 			return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 		}
-		rx.plan[rx.nplan], rx.planMR[rx.nplan], rx.planST[rx.nplan] = s.MR.buf[start:start+k], s.MR, st
-		rx.nplan++
-		rx.recvSgeOff += k
+		rx.plan.dst[rx.plan.n], rx.plan.mr[rx.plan.n], rx.plan.word[rx.plan.n] = s.MR.buf[start:start+k], s.MR, st
+		rx.plan.n++
+		rx.recvSGEOff += k
 		n -= k
 	}
 	return nil
@@ -816,20 +829,20 @@ func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 // found only now.
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
-	switch rx.op {
+	switch rx.cur.op {
 	case wire.OpWrite:
-		rx.tagged.Placed(rx.last)
-		if rx.last {
-			if rx.tagMR != nil {
-				rx.tagMR.release()
-				rx.tagMR = nil
+		rx.tagged.Placed(rx.cur.last)
+		if rx.cur.last {
+			if rx.writeMR != nil {
+				rx.writeMR.release()
+				rx.writeMR = nil
 			}
 		}
 	case wire.OpReadResponse:
-		rx.orqE.got += uint32(rx.plen)
-		rx.tagged.Placed(rx.last)
-		if rx.last {
-			rx.orqE = nil
+		rx.readResp.got += uint32(rx.cur.payloadLen)
+		rx.tagged.Placed(rx.cur.last)
+		if rx.cur.last {
+			rx.readResp = nil
 			qp.completeORQ()
 		}
 	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
@@ -838,8 +851,8 @@ func (rx *rxEngine) end() *termInfo {
 			rx.untagged.Skip(wire.QNSend)
 			return nil
 		}
-		rx.untagged.Placed(rx.plen, rx.last)
-		if rx.last {
+		rx.untagged.Placed(rx.cur.payloadLen, rx.cur.last)
+		if rx.cur.last {
 			return rx.completeRecv()
 		}
 	case wire.OpImmData, wire.OpImmDataSE:
@@ -848,8 +861,8 @@ func (rx *rxEngine) end() *termInfo {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
 		}
 		wc := WC{ID: rx.recv.id, Op: WCRecvImm, Flags: WCWithImm, QPN: qp.qpn,
-			Imm: binary.BigEndian.Uint64(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])}
-		if rx.op == wire.OpImmDataSE {
+			Imm: binary.BigEndian.Uint64(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])}
+		if rx.cur.op == wire.OpImmDataSE {
 			wc.Flags |= WCSolicited
 		}
 		qp.pushRecv(&wc)
@@ -910,7 +923,7 @@ func (rx *rxEngine) completeRecv() *termInfo {
 // checking the IRD and the source memory (RFC 5040 §5.3).
 func (rx *rxEngine) readRequest() *termInfo {
 	qp := rx.qp
-	rr := wire.ReadRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+wire.ReadRequestLen])
+	rr := wire.ReadRequest(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+wire.ReadRequestLen])
 	qp.sqMu.Lock()
 	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
 	qp.sqMu.Unlock()
@@ -946,10 +959,10 @@ func (rx *rxEngine) readRequest() *termInfo {
 // error and sends nothing back (siw_proc_terminate).
 func (rx *rxEngine) terminate() {
 	qp := rx.qp
-	dh := ddp.Header(rx.hdr[mpa.LengthFieldLen : mpa.LengthFieldLen+rx.ddpLen])
+	dh := ddp.Header(rx.cur.hdr[mpa.LengthFieldLen : mpa.LengthFieldLen+rx.cur.ddpHdrLen])
 	bogus := dh.QN() != wire.QNTerminate || dh.MSN() != rx.untagged.MSN(wire.QNTerminate) || dh.MO() != 0
 	var t wire.Terminate
-	body := rx.hdr[mpa.LengthFieldLen+rx.ddpLen : rx.hn]
+	body := rx.cur.hdr[mpa.LengthFieldLen+rx.cur.ddpHdrLen : rx.cur.hdrLen]
 	var perr error
 	if qp.p.TerminateLayoutSiw {
 		// The peer is Linux siw: read its layout, no guessing.
@@ -984,7 +997,7 @@ func (rx *rxEngine) terminate() {
 func (rx *rxEngine) atomicRequest() *termInfo {
 	qp := rx.qp
 	var a wire.AtomicRequest
-	_ = wire.ParseAtomicRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
+	_ = wire.ParseAtomicRequest(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
 	qp.sqMu.Lock()
 	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
 	qp.sqMu.Unlock()
@@ -1058,7 +1071,7 @@ func maskedAdd(x, y, mask uint64) uint64 {
 func (rx *rxEngine) atomicResponse() *termInfo {
 	qp := rx.qp
 	var a wire.AtomicResponse
-	_ = wire.ParseAtomicResponse(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
+	_ = wire.ParseAtomicResponse(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
 	qp.sqMu.Lock()
 	var o *orqEntry
 	if qp.orqHead != qp.orqTail {

@@ -52,16 +52,16 @@ func (rx *rxEngine) partial() bool {
 
 // arm sets the engine's first stall deadline.
 func (rx *rxEngine) arm() {
-	if rx.stall > 0 && !rx.armed {
-		rx.armed = true
+	if rx.stallTimeout > 0 && !rx.stallArmed {
+		rx.stallArmed = true
 		rx.progressAt = time.Now()
-		rx.setDeadline(rx.progressAt.Add(rx.stall))
+		rx.setDeadline(rx.progressAt.Add(rx.stallTimeout))
 	}
 }
 
 // progress records that a read returned data.
 func (rx *rxEngine) progress() {
-	if rx.stall > 0 {
+	if rx.stallTimeout > 0 {
 		rx.progressAt = time.Now()
 	}
 }
@@ -74,15 +74,15 @@ func (rx *rxEngine) expired() error {
 		return os.ErrDeadlineExceeded
 	}
 	var dl time.Time
-	if rx.stall > 0 {
+	if rx.stallTimeout > 0 {
 		base := now
 		if rx.partial() {
-			if now.Sub(rx.progressAt) >= rx.stall {
+			if now.Sub(rx.progressAt) >= rx.stallTimeout {
 				return ErrRxStalled
 			}
 			base = rx.progressAt
 		}
-		dl = base.Add(rx.stall)
+		dl = base.Add(rx.stallTimeout)
 	}
 	rx.setDeadline(dl)
 	return nil
@@ -133,7 +133,7 @@ func (rx *rxEngine) read(p []byte) (int, error) {
 // rxConn is the connection as the FPDU reader reads it
 // (mpa.VectorReader): Read fills the reader's buffer (rx.read); ReadVec
 // reads a payload straight into registered memory, inside a placement
-// (rx.curMR, validated with the STag word rx.curST), and checks before
+// (rx.place.mr, validated with the STag word rx.place.want), and checks before
 // every system call that the word is unchanged (errCut when it is not).
 type rxConn struct{ rx *rxEngine }
 
@@ -148,19 +148,19 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 	for {
 		var n int
 		var err error
-		if rx.rawc != nil {
-			rx.viov[0], rx.viov[1] = dst, ahead
-			err = rx.rawc.Read(rx.vfn)
-			rx.viov = [2][]byte{}
-			n = rx.vn
+		if rx.rawConn != nil {
+			rx.iov[0], rx.iov[1] = dst, ahead
+			err = rx.rawConn.Read(rx.readvFn)
+			rx.iov = [2][]byte{}
+			n = rx.iovN
 			if err == nil {
-				err = rx.verr
+				err = rx.iovErr
 			}
 			if err == nil && n == 0 {
 				err = io.EOF
 			}
 		} else {
-			if !placeValid(rx.curMR, rx.curST) {
+			if !placeValid(rx.place.mr, rx.place.want) {
 				return 0, errCut
 			}
 			n, err = rx.conn.Read(dst)
@@ -175,7 +175,7 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 		if err == errCut || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return 0, err
 		}
-		if !placeValid(rx.curMR, rx.curST) {
+		if !placeValid(rx.place.mr, rx.place.want) {
 			return 0, errCut
 		}
 		if err = rx.expired(); err != nil {
@@ -188,20 +188,20 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 // socket to become readable.
 func (rx *rxEngine) readvFD(fd uintptr) bool {
 	for {
-		if !placeValid(rx.curMR, rx.curST) {
-			rx.vn, rx.verr = 0, errCut
+		if !placeValid(rx.place.mr, rx.place.want) {
+			rx.iovN, rx.iovErr = 0, errCut
 			return true
 		}
-		n, err := sys.Readv(fd, rx.viov[:])
+		n, err := sys.Readv(fd, rx.iov[:])
 		switch err {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false
 		}
-		rx.vn, rx.verr = n, err
+		rx.iovN, rx.iovErr = n, err
 		if err != nil {
-			rx.vn, rx.verr = 0, os.NewSyscallError("readv", err)
+			rx.iovN, rx.iovErr = 0, os.NewSyscallError("readv", err)
 		}
 		return true
 	}

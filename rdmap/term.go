@@ -40,7 +40,7 @@ func localCatastrophic(cause error) *termInfo {
 
 // termFor is the one place that maps an MPA or DDP error of the
 // receive path to the Terminate RFC 5040/5041/5044 and Linux siw give it
-// (siw_qp_rx.c, siw_qp.c), built in rx.ti:
+// (siw_qp_rx.c, siw_qp.c), built in rx.termBuf:
 //
 //	mpa.ErrBadCRC        LLP, MPA, CRC error
 //	errShortULPDU        LLP, MPA, marker and ULPDU length mismatch (what
@@ -56,7 +56,7 @@ func localCatastrophic(cause error) *termInfo {
 // engine builds them with rx.term.
 func (rx *rxEngine) termFor(err error) *termInfo {
 	llp := func(code mpa.TermCode, cause error) *termInfo {
-		ti := &rx.ti
+		ti := &rx.termBuf
 		*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(code), cause: cause}
 		return ti
 	}

@@ -16,9 +16,9 @@ import (
 // where siw copies it; other errors map to nothing.
 func TestTermFor(t *testing.T) {
 	var rx rxEngine
-	rx.ulen, rx.ddpLen = 40, ddp.TaggedHeaderLen
-	for i := range rx.hdr {
-		rx.hdr[i] = byte(i + 1)
+	rx.cur.ulpduLen, rx.cur.ddpHdrLen = 40, ddp.TaggedHeaderLen
+	for i := range rx.cur.hdr {
+		rx.cur.hdr[i] = byte(i + 1)
 	}
 	cases := []struct {
 		err         error
@@ -45,7 +45,7 @@ func TestTermFor(t *testing.T) {
 		if ti.layer != c.layer || ti.etype != c.etype || ti.code != c.code || ti.m != c.hdr || (ti.ddpLen > 0) != c.hdr || ti.hasRDMA {
 			t.Errorf("%v: %+v, want layer %v type %d code %d header %v", c.err, ti, c.layer, c.etype, c.code, c.hdr)
 		}
-		if c.hdr && (ti.ddpLen != ddp.TaggedHeaderLen || ti.ddpHdr[0] != rx.hdr[mpa.LengthFieldLen] || ti.ulpduLen != 40) {
+		if c.hdr && (ti.ddpLen != ddp.TaggedHeaderLen || ti.ddpHdr[0] != rx.cur.hdr[mpa.LengthFieldLen] || ti.ulpduLen != 40) {
 			t.Errorf("%v: header copy %x (%d bytes), ULPDU length %d", c.err, ti.ddpHdr[:ti.ddpLen], ti.ddpLen, ti.ulpduLen)
 		}
 		if ti.cause != c.cause {
