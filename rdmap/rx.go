@@ -416,30 +416,32 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 		rx.place.mr, rx.place.want = rx.plan.mr[i], rx.plan.word[i]
 		err := rd.Place(rx.plan.dst[i], &rx.place)
 		rx.place.mr = nil
-		switch err {
-		case nil:
-		case errCut:
-			return rx.cutTerm(), nil
-		case mpa.ErrBadCRC: // Buffered: checked before placing
-			rx.qp.stats.crcErrors.Add(1)
-			return rx.termFor(mpa.ErrBadCRC), nil
-		default:
-			return nil, err
+		if err != nil { // ErrBadCRC here: Buffered, checked before placing
+			return rx.readerErr(err)
 		}
 		rx.plan.dst[i] = nil
 	}
-	switch err := rd.Trailer(); err {
-	case nil:
-	case mpa.ErrBadCRC:
-		rx.qp.stats.crcErrors.Add(1)
-		return rx.termFor(mpa.ErrBadCRC), nil
-	default:
-		return nil, err
+	if err := rd.Trailer(); err != nil {
+		return rx.readerErr(err)
 	}
 	wl, _ := rd.WireLen()
 	rx.qp.stats.rxFPDUs.Add(1)
 	rx.qp.stats.rxBytes.Add(uint64(wl))
 	return rx.end(), nil
+}
+
+// readerErr sorts an error of the FPDU reader: a CRC mismatch and a
+// placement cut by a fence are answered with their Terminate; anything
+// else (the stream's) ends reading.
+func (rx *rxEngine) readerErr(err error) (*termInfo, error) {
+	switch err {
+	case errCut:
+		return rx.cutTerm(), nil
+	case mpa.ErrBadCRC:
+		rx.qp.stats.crcErrors.Add(1)
+		return rx.termFor(err), nil
+	}
+	return nil, err
 }
 
 // discardRest drops the rest of an FPDU whose header failed validation,
@@ -450,13 +452,8 @@ func (rx *rxEngine) discardRest(ti *termInfo) (*termInfo, error) {
 	if err := rx.rd.Discard(); err != nil {
 		return nil, err
 	}
-	switch err := rx.rd.Trailer(); err {
-	case nil:
-	case mpa.ErrBadCRC:
-		rx.qp.stats.crcErrors.Add(1)
-		return rx.termFor(mpa.ErrBadCRC), nil
-	default:
-		return nil, err
+	if err := rx.rd.Trailer(); err != nil {
+		return rx.readerErr(err)
 	}
 	rx.termBuf = saved
 	return &rx.termBuf, nil
