@@ -270,7 +270,6 @@ func (rd *Reader) Next() (int, error) {
 	if rd.in {
 		return rd.ulen, nil
 	}
-	rd.big = rd.big && !rd.cfg.Markers
 	lw := rd.rawFor(LengthFieldLen)
 	if err := rd.fill(lw); err != nil {
 		return 0, err
@@ -440,15 +439,15 @@ func (rd *Reader) Trailer() error {
 	if !rd.in || rd.done != rd.ulen {
 		return errPastULPDU
 	}
+	// A large payload went straight into memory: read this trailer and
+	// the next header only, not the next payload.
+	rd.big = rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Markers && !rd.cfg.Buffered && rd.ulen-rd.hn >= DirectMin+bigSlack
 	if !rd.checked {
 		if err := rd.complete(); err != nil && err != ErrBadCRC {
 			return err
 		}
 	}
 	rd.finish()
-	// Large payloads went straight into memory: read the next header
-	// with this trailer only, not the next payload.
-	rd.big = rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Markers && !rd.cfg.Buffered && rd.ulen-rd.hn >= DirectMin+bigSlack
 	if !rd.crcOK {
 		return ErrBadCRC
 	}
