@@ -111,7 +111,8 @@ type Reader struct {
 	end     uint64 // stream offset just after its CRC field
 	markers int    // markers within it
 	fstart  int    // buf index of its first byte; -1 once it left the buffer
-	crc     uint32 // CRC so far, over the bytes consumed
+	crc     uint32 // CRC so far, over buf[fstart:crcAt] (folded lazily)
+	crcAt   int    // buf index up to which consumed bytes are in crc
 	checked bool   // Buffered: the whole FPDU was read and its CRC checked
 	crcOK   bool
 	wireCRC uint32 // its CRC field, as WireCRC reads it (after the check)
@@ -176,8 +177,10 @@ func (rd *Reader) fill(n int) error {
 		switch {
 		case rd.r == rd.w && keep == rd.r:
 			// Nothing to keep: start over at the front.
-			rd.r, rd.w, rd.fstart = 0, 0, 0
+			rd.foldCRC()
+			rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, 0, 0
 		case rd.r+n > len(rd.buf):
+			rd.foldCRC()
 			if rd.r+n-keep > len(rd.buf) {
 				// The current FPDU's consumed bytes no longer fit
 				// beside what is needed: let them go.
@@ -185,6 +188,7 @@ func (rd *Reader) fill(n int) error {
 			}
 			rd.w = copy(rd.buf, rd.buf[keep:rd.w])
 			rd.r -= keep
+			rd.crcAt = rd.r
 			if rd.fstart >= 0 {
 				rd.fstart -= keep
 			}
@@ -229,15 +233,24 @@ func (rd *Reader) rawFor(n int) int {
 	return t
 }
 
-// consume drops k buffered stream bytes, folding them into the CRC.
+// consume drops k buffered stream bytes. They stay in the buffer until
+// they are folded into the CRC (foldCRC), so that the CRC covers them as
+// they were read.
 func (rd *Reader) consume(k int) []byte {
 	p := rd.buf[rd.r : rd.r+k]
-	if rd.cfg.CRC && !rd.checked {
-		rd.crc = UpdateCRC(rd.crc, p)
-	}
 	rd.r += k
 	rd.pos += uint64(k)
 	return p
+}
+
+// foldCRC folds the consumed bytes not yet in the CRC into it. It runs
+// before those bytes could leave the buffer (compaction, a direct read),
+// and the rest is folded with the trailer in one pass.
+func (rd *Reader) foldCRC() {
+	if rd.in && rd.cfg.CRC && !rd.checked && rd.r > rd.crcAt {
+		rd.crc = UpdateCRC(rd.crc, rd.buf[rd.crcAt:rd.r])
+	}
+	rd.crcAt = rd.r
 }
 
 // take consumes the markers at the read position and then up to max
@@ -290,7 +303,7 @@ func (rd *Reader) Next() (int, error) {
 	}
 	rd.in, rd.ulen, rd.done, rd.hn = true, n, 0, 0
 	rd.start, rd.end, rd.markers, rd.fstart = rd.pos, rd.pos+uint64(wire), markers, rd.r
-	rd.crc, rd.checked, rd.crcOK, rd.wireCRC = 0, false, false, 0
+	rd.crc, rd.crcAt, rd.checked, rd.crcOK, rd.wireCRC = 0, rd.r, false, false, 0
 	for got := 0; got < LengthFieldLen; {
 		got += len(rd.take(LengthFieldLen - got))
 	}
@@ -333,7 +346,7 @@ func (rd *Reader) complete() error {
 	rd.wireCRC = WireCRC(t[rem-CRCLen:])
 	rd.crcOK = true
 	if rd.cfg.CRC {
-		rd.crcOK = UpdateCRC(rd.crc, t[:rem-CRCLen]) == GetCRC(t[rem-CRCLen:])
+		rd.crcOK = UpdateCRC(rd.crc, rd.buf[rd.crcAt:rd.r+rem-CRCLen]) == GetCRC(t[rem-CRCLen:])
 	}
 	rd.checked = true
 	if !rd.crcOK {
@@ -391,7 +404,8 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // read and a small trailer read.
 func (rd *Reader) readDirect(d []byte) error {
 	const lookahead = bigSlack + 8
-	rd.r, rd.w, rd.fstart = 0, 0, -1
+	rd.foldCRC()
+	rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, -1, 0
 	for len(d) > 0 {
 		n, err := rd.vec.ReadVec(d, rd.buf[rd.w:min(len(rd.buf), rd.w+lookahead)])
 		if err != nil {
