@@ -35,8 +35,24 @@
 // refused: Linux siw (drivers/infiniband/sw/siw/siw_qp_rx.c) ignores them
 // too.
 //
-// The package has no state, starts no goroutines and does no I/O; all of
-// it is safe for concurrent use.
+// # Placement rules
+//
+// place.go holds the Data Sink's rules (RFC 5041 §5.3, §5.4, §7.2), in
+// the order Linux siw checks them: UntaggedSink checks an untagged
+// segment's QN, MSN and MO against the message in progress or the
+// queue's next MSN, takes the buffer for a new message through the ULP's
+// Buffers and checks that the payload fits it; TaggedSink checks that a
+// tagged message's segments name the same STag at consecutive TOs (or
+// where an expected message, a Read Response, must land) and asks the
+// ULP's Regions whether the region allows the write. What is invalid
+// comes back as an *Error (type and code) for the ULP's Terminate. rdmap
+// supplies the buffers and regions (posted receives, MRs, the ORQ) and
+// keeps RDMAP's own checks (opcodes, Invalidate STags, access rights).
+//
+// Headers and codes have no state and are safe for concurrent use; an
+// UntaggedSink or TaggedSink is the state of one stream direction and is
+// used from one goroutine. Nothing in the package starts goroutines or
+// does I/O.
 //
 // gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
 // file at the root of the module.

@@ -93,3 +93,24 @@ func CodeName(t ErrorType, c ErrorCode) string {
 	}
 	return fmt.Sprintf("unknown(%d)", uint8(c))
 }
+
+// Error is a DDP error as the Data Sink reports it in a Terminate: its
+// error type and code (RFC 5041 §7.2). The placement rules (place.go)
+// return it; the ULP maps it to the Terminate it sends. Compare with
+// errors.As.
+type Error struct {
+	Type ErrorType
+	Code ErrorCode
+}
+
+func (e *Error) Error() string {
+	return "ddp: " + e.Type.String() + ": " + CodeName(e.Type, e.Code)
+}
+
+// Version reports whether e is an invalid DDP version, after which the
+// header's layout is unknown (RFC 5041 §7.2: a Terminate copies no
+// header).
+func (e *Error) Version() bool {
+	return (e.Type == ErrTypeTagged && e.Code == CodeTaggedVersion) ||
+		(e.Type == ErrTypeUntagged && e.Code == CodeUntaggedVersion)
+}

@@ -41,14 +41,27 @@
 //
 // # Stream code
 //
-// Deframer cuts a byte stream (a TCP connection, or a reassembled capture
-// in the layers package) into FPDUs, removing markers and checking CRCs;
-// it is resumable after any reader error. Framer builds FPDUs for one
-// direction and keeps the marker position. Each must be used from one
-// goroutine. In an rdmap QP the receive goroutine uses a Deframer when
-// markers are negotiated or QPConfig.BufferedRx is set (its direct path
-// parses the FPDU with this package's layout functions); the send
-// goroutine frames its own batches (rdmap's txframe.go, on the same
+// Reader (reader.go) is the one FPDU reader: it reads the FPDUs of one
+// direction header first. Next reads ULPDU_Length, Header returns the
+// ULPDU's first bytes as soon as they have arrived, so the caller can
+// check the DDP and RDMAP headers before the payload comes; then Place
+// reads the payload into the caller's memory (each write fenced by the
+// caller's Placer; without CRC or markers, large remainders go straight
+// from a VectorReader, readv, into that memory) or Discard drops it, and
+// Trailer reads the pad and checks the CRC over the bytes as they were
+// read, never re-read from the caller's memory. Markers are removed and
+// covered by the CRC. In Buffered mode the whole FPDU is read and its CRC
+// checked before Place writes anything. Its errors are mpa's
+// (ErrBadCRC, ErrULPDUTooLong, io.ErrUnexpectedEOF inside an FPDU) or the
+// source's and the Placer's; it builds no Terminate. An rdmap QP's
+// receive goroutine reads every FPDU with it, on every path (direct,
+// BufferedRx, markers; CRC on or off).
+//
+// Deframer is the Reader in Buffered mode handing out whole FPDUs, for a
+// reassembled capture, tools and raw test peers; it is resumable after
+// any reader error. Framer builds FPDUs for one direction and keeps the
+// marker position. Each must be used from one goroutine. The send
+// goroutine frames its own batches (rdmap's txframe.go, on the layout
 // functions), and Framer serves tools and tests (siw probe, testutil).
 // The handshake (handshake.go) is straight-line code
 // on top of the frame functions.

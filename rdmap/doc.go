@@ -53,12 +53,17 @@
 // arrays); with CRC32c the payload is copied into a pooled batch buffer
 // and the CRC computed over the copy, so that it covers exactly the bytes
 // sent even if the memory changes meanwhile (txframe.go). The receive
-// goroutine (rx.go) owns the deframing, reassembly and placement state: it
-// reads the length and headers of an FPDU, validates them, then reads the
-// payload straight into the target memory; with CRC32c the payload goes
-// through its buffer instead, folded into the CRC there before it is
+// goroutine (rx.go) owns the reassembly and placement state and reads
+// every FPDU with an mpa.Reader, header first: it checks the DDP and
+// RDMAP headers as soon as they are in (DDP's placement rules in package
+// ddp, RDMAP's own here), then has the reader place the payload straight
+// into the target memory (readv); with CRC32c the payload goes through
+// the reader's buffer instead, folded into the CRC there before it is
 // copied into the target, so that the CRC checks the bytes that arrived
-// even when the target changes meanwhile. No data moves through
+// even when the target changes meanwhile. With markers or
+// QPConfig.BufferedRx the whole FPDU is read and checked before anything
+// is placed. Every error the reader or DDP's rules report becomes its
+// Terminate in one function (term.go, termFor). No data moves through
 // channels; the engines share only the SQ, ORQ and IRQ rings under
 // QP.sqMu. In steady state a work request allocates nothing.
 //

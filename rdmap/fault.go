@@ -78,14 +78,6 @@ func (qp *QP) memoryFault(op string, addr uintptr, cause error, terminate bool) 
 	return err
 }
 
-// run runs the receive engine on the path the QP uses.
-func (rx *rxEngine) run() error {
-	if rx.buffered {
-		return rx.runBuffered()
-	}
-	return rx.runDirect()
-}
-
 // guardRx runs the receive engine with faults on the calling goroutine
 // turned into panics (debug.SetPanicOnFault): a fault touching registered
 // memory, or EFAULT from the kernel, fails this QP only, with a local

@@ -118,9 +118,15 @@ type hostileCase struct {
 	// is always flushed).
 	recvStatus rdmap.WCStatus
 	layout     wire.Layout
-	// stalls: the offending FPDU never completes; the paths that read
-	// whole FPDUs (buffered, markers) answer with the stall Terminate.
-	stalls bool
+	// onMarkers is the Terminate expected instead when markers are in
+	// use toward the victim (raw garbage: its first bytes are taken as a
+	// marker, so the header read differs).
+	onMarkers *termWant
+}
+
+type termWant struct {
+	layer       wire.Layer
+	etype, code uint8
 }
 
 func tagged(stag rdmap.STag, to uint64, payload []byte, last bool) []byte {
@@ -364,17 +370,32 @@ var hostileCases = []hostileCase{
 		return sendULPDU(p, append(rdmaptest.UntaggedHeader(wire.OpSendInv, 0, 1, 0, true, v.w1Stale), 9))
 	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeCannotInvalidate, hdr: true, recvStatus: rdmap.WCRemInvReqErr},
 	// Garbage after the handshake, declaring a ULPDU that never comes:
-	// answered from the header (as siw does) on the header-first path;
-	// the paths that read whole FPDUs first (the Deframer's) end with the
-	// stall Terminate instead.
-	{name: "garbage-header", stalls: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+	// answered from the header as soon as it is in (as siw does), on
+	// every path, without waiting for the rest (the stall timeout is the
+	// default 60s, the wait for the Terminate 10s).
+	{name: "garbage-header", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.SendRaw([]byte{0x13, 0x37, 0x41, 0x00, 0xde, 0xad, 0xbe, 0xef, 0xca, 0xfe, 0xba, 0xbe, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a})
 		return nil
-	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion},
-	{name: "second-mpa-request", stalls: true, attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion,
+		onMarkers: &termWant{wire.LayerDDP, uint8(ddp.ErrTypeTagged), uint8(ddp.CodeTaggedVersion)}},
+	{name: "second-mpa-request", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
 		p.SendRaw([]byte("MPA ID Req Frame\x10\x02\x00\x04\x00\x01\x00\x01"))
 		return nil
-	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion},
+	}, layer: wire.LayerRDMAP, etype: wire.ETypeRemoteOperation, code: wire.CodeInvalidVersion,
+		onMarkers: &termWant{wire.LayerDDP, uint8(ddp.ErrTypeUntagged), uint8(ddp.CodeUntaggedVersion)}},
+	// A well-formed header declaring a large ULPDU, then nothing more:
+	// the invalid STag is answered from the header alone, on every path
+	// (buffered and markers included).
+	{name: "large-write-header-only", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		ul := tagged(v.mr.STag()^0x5a5a00, 0, make([]byte, 60000), true)
+		p.SendRaw(p.Framer.AppendFPDU(nil, ul, nil)[:64])
+		return ul
+	}, layer: wire.LayerDDP, etype: 1, code: 0x00, hdr: true},
+	{name: "large-send-bad-msn-header-only", attack: func(t *testing.T, p *rdmaptest.RawPeer, v *victim) []byte {
+		ul := append(rdmaptest.UntaggedHeader(wire.OpSend, wire.QNSend, 7, 0, true, 0), make([]byte, 60000)...)
+		p.SendRaw(p.Framer.AppendFPDU(nil, ul, nil)[:64])
+		return ul
+	}, layer: wire.LayerDDP, etype: 2, code: 0x03, hdr: true},
 }
 
 // readRequestOf lets the victim send its Read Request (a first FPDU
@@ -404,8 +425,8 @@ func TestHostilePeer(t *testing.T) {
 	ha := newSide(t, dev, rdmap.QPConfig{})
 	hb := newSide(t, dev, rdmap.QPConfig{})
 	rdmaptest.Connect(t, ha.qp, hb.qp, &rdmaptest.Options{CRC: true})
-	// Each case runs on the header-first path, the buffered path, and
-	// with markers (the Deframer path) toward the victim.
+	// Each case runs on the direct path, the buffered path, and with
+	// markers toward the victim: all three check headers first.
 	for _, path := range []string{"direct", "buffered", "markers"} {
 		t.Run(path, func(t *testing.T) {
 			for _, c := range hostileCases {
@@ -415,9 +436,8 @@ func TestHostilePeer(t *testing.T) {
 				case "markers":
 					c.o.MarkersAB = true
 				}
-				if c.stalls && path != "direct" {
-					c.cfg.RxStallTimeout = 100 * time.Millisecond
-					c.layer, c.etype, c.code = wire.LayerLLP, mpa.TermTypeMPA, uint8(mpa.TermTCPClosed)
+				if path == "markers" && c.onMarkers != nil {
+					c.layer, c.etype, c.code = c.onMarkers.layer, c.onMarkers.etype, c.onMarkers.code
 				}
 				t.Run(c.name, func(t *testing.T) { runHostile(t, dev, ha, hb, c) })
 			}

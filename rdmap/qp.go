@@ -69,10 +69,11 @@ type QPConfig struct {
 	RFC7306 bool
 	// SignalAll makes every send work request signaled.
 	SignalAll bool
-	// BufferedRx forces the receive path that reads whole FPDUs into a
-	// buffer, checks their CRC, and only then copies the payload out (the
+	// BufferedRx makes the receive path read each whole FPDU into a
+	// buffer and check its CRC before it copies the payload out (the
 	// path markers always use), instead of placing payload straight from
-	// the socket and checking the CRC after (see rx.go).
+	// the socket and checking the CRC after (see rx.go). Headers are
+	// checked as soon as they arrive either way.
 	BufferedRx bool
 	// DisconnectTimeout bounds a graceful disconnect: how long the QP
 	// waits for the peer's FIN after its own (default 3s).
@@ -612,13 +613,13 @@ func (qp *QP) flushAll() {
 	}
 	qp.sqMu.Unlock()
 
-	if qp.rx.recvActive {
-		qp.rx.recvActive = false
+	if qp.rx.untagged.Active() {
+		qp.rx.untagged.Abandon()
 		st := qp.rx.recvStatus
 		if st == WCSuccess {
 			st = WCWRFlushErr
 		}
-		wc := WC{ID: qp.rx.recv.id, Status: st, Op: WCRecv, ByteLen: qp.rx.recvMO, QPN: qp.qpn}
+		wc := WC{ID: qp.rx.recv.id, Status: st, Op: WCRecv, ByteLen: qp.rx.untagged.MO(), QPN: qp.qpn}
 		if !qp.rcq.push(&wc) {
 			ovf = true
 		}

@@ -1,7 +1,6 @@
 package rdmap
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,23 +16,23 @@ import (
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap/internal/bufpool"
-	"github.com/gosiw/gosiw/rdmap/internal/sys"
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
-// The receive engine (one goroutine per QP). Without markers it reads
-// header first and places payload without an intermediate copy:
+// The receive engine (one goroutine per QP). It reads FPDUs with an
+// mpa.Reader, header first, and keeps RDMAP's and DDP's semantics only:
 //
-//	socket ──> rx buffer: ULPDU_Length, DDP header (+ RDMAP header)
+//	socket ──> mpa.Reader: ULPDU_Length, DDP header (+ RDMAP header)
 //	             │ begin: validate (STag, PD, rights, bounds / QN, MSN, MO,
 //	             │        a posted receive and its length), plan placement
 //	             v
-//	socket ──> target memory (io.ReadFull into the MR for the payload left
-//	             │          after what the buffer already holds), CRC32c
-//	             │          updated over the placed bytes
+//	socket ──> Reader.Place into target memory, each write fenced by
+//	             │          rxPlace (enterPlace .. leavePlace): straight
+//	             │          from the socket (readv, rxConn.ReadVec) without
+//	             │          CRC, through the reader's buffer with CRC
 //	             v
-//	           pad + CRC: check ──> end: commit (completions, MSNs, IRQ,
-//	                                     invalidation, atomics)
+//	           Reader.Trailer: pad + CRC ──> end: commit (completions,
+//	                                  MSNs, IRQ, invalidation, atomics)
 //
 // Placement before validation of the whole FPDU: RFC 5041 separates
 // Placement (putting a segment's payload where its header says) from
@@ -75,145 +74,143 @@ import (
 // Invalidate has returned no byte lands there. A segment cut that way
 // gets cutTerm's Terminate.
 //
-// With markers (or QPConfig.BufferedRx) the engine uses mpa.Deframer,
-// which reads whole FPDUs, removes markers and checks the CRC first; the
-// payload is then copied from its buffer. Its headers are checked once
-// the whole FPDU is in (at most 64 KiB, and bounded by the stall timeout).
+// With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
+// mode: the header is still checked as soon as it is in (and a bad one
+// answered at once without CRC), but the payload is placed only once the
+// whole FPDU is in and its CRC checked, copied from the reader's buffer.
 
 const (
-	rxBufSize = 96 << 10 // holds any FPDU (65544 bytes) plus read-ahead
-	// directMin is the payload remainder from which the engine reads
-	// straight into the target instead of through its buffer.
-	directMin = 4 << 10
-	// bigSlack is how far past what it needs the engine reads while
-	// payloads are large, so headers come with the previous trailer
-	// without pulling the next payload into the buffer.
-	bigSlack = 64
 	// hdrCopy is how much of an FPDU's start the engine keeps for the
 	// Terminate it may have to send.
 	hdrCopy = mpa.LengthFieldLen + maxCtrlHdr
 )
 
-var rxPool = bufpool.New(rxBufSize)
+var rxPool = bufpool.New(mpa.ReaderBufSize)
 
 // rxEngine is the receive engine's state, owned by the receive goroutine
-// (ended and selfClosed are read by the send goroutine).
+// but for the atomics the send goroutine and fences use (ended,
+// selfClosed, placing, shutdownAt).
 type rxEngine struct {
-	qp       *QP
-	conn     net.Conn
-	crc      bool
-	buffered bool
-	df       *mpa.Deframer
-	bufp     *[]byte
-	b        []byte
-	r, w     int
-	big      bool
+	qp   *QP
+	conn net.Conn
+	crc  bool // CRC32c negotiated for this direction
 
-	rawc       syscall.RawConn
-	viov       [2][]byte
-	vn         int
-	verr       error
-	vfn        func(uintptr) bool
+	// Reading (rxio.go): the FPDU reader on a pooled buffer, and the raw
+	// readv path it places large payloads through.
+	rd      *mpa.Reader
+	bufp    *[]byte
+	rawConn syscall.RawConn    // nil: the connection has no file descriptor
+	iov     [2][]byte          // readvFD's vector: payload, then read-ahead
+	iovN    int                // readvFD's result
+	iovErr  error              //
+	readvFn func(uintptr) bool // readvFD, bound once
+
+	// Deadlines (rxio.go).
+	stallTimeout time.Duration // QPConfig.RxStallTimeout (0: off)
+	progressAt   time.Time     // when a read last returned data
+	stallArmed   bool          // the stall deadline is set
+	draining     bool          // reading only to drop what still comes
+	// shutdownAt is the read deadline the send engine set when it shut
+	// its side down (Unix ns; 0: none).
+	shutdownAt atomic.Int64
+
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
+	peerSpoke  bool        // the first FPDU (or part of one) arrived: rxFirst closed
 	// placing is the region a placement is writing into (nil between
 	// placements), for fences to find whom to poke (MR.fence).
 	placing atomic.Pointer[MR]
-	// shutdownAt is the read deadline the send engine set when it shut
-	// its side down (Unix ns; 0: none). See rxio.go.
-	shutdownAt atomic.Int64
-	stall      time.Duration // QPConfig.RxStallTimeout (0: off)
-	progressAt time.Time     // when a read last returned data
-	armed      bool          // the stall deadline is set
-	inFPDU     bool          // fpduDirect is past the first bytes of an FPDU
-	draining   bool
-	// The placement in progress on the raw path (readvFD's check).
-	curMR *MR
-	curST uint64
+	// place is the placement in progress: the Placer the reader calls,
+	// and what readvFD checks before each system call.
+	place rxPlace
 	// err is the receive direction's first fatal error (sticky): the
 	// Terminate it detected, or why reading stopped.
 	err error
 
-	// The current FPDU.
-	hdr    [hdrCopy]byte // ULPDU_Length and the headers
-	hn     int
-	ulen   int
-	ddpLen int
-	op     wire.Opcode
-	last   bool
-	plen   int
-	plan   [MaxSGE + 1][]byte
-	planMR [MaxSGE + 1]*MR    // the region of each plan entry
-	planST [MaxSGE + 1]uint64 // its STag word when validated
-	nplan  int
-	refs   [MaxSGE + 1]*MR
-	nrefs  int
-	c      uint32
-	ti     termInfo
-	first  bool
+	cur     rxFPDU   // the FPDU being received
+	plan    rxPlan   // where its payload goes
+	termBuf termInfo // the Terminate it may get (term, termFor)
 
-	msn [4]uint32 // expected MSN per untagged queue (QN 0..3), from 1
+	// DDP's placement state (package ddp decides what is valid): the
+	// expected MSN per untagged queue and the untagged message in
+	// progress; the tagged message in progress.
+	untagged ddp.UntaggedSink
+	tagged   ddp.TaggedSink
 
-	// The untagged (QN 0) message in progress.
-	recvActive bool
+	// The receive (QN 0) the untagged message in progress fills.
 	recv       rqEntry
-	recvMSN    uint32
-	recvMO     uint32
-	recvTotal  uint64
-	recvSge    int
-	recvSgeOff uint64
+	recvSGE    int    // the SGE the next byte goes to
+	recvSGEOff uint64 // and its offset in it
 	recvStatus WCStatus
 	recvOp     wire.Opcode
-	recvInv    STag
-	rtrSwallow bool
+	recvInv    STag // Send with Invalidate: the STag every segment names
+	rtrSwallow bool // the current Send is the P2P RTR: consumed, not delivered
 	rtrSeen    bool
 
 	// The tagged message in progress.
-	tagActive bool
-	tagOp     wire.Opcode
-	tagSTag   STag
-	tagTO     uint64
-	tagMR     *MR // Write target, referenced while the message lasts
-	orqE      *orqEntry
+	taggedOp wire.Opcode
+	writeMR  *MR       // a Write's target, referenced while the message lasts
+	readResp *orqEntry // a Read Response's Read (the ORQ head)
+}
+
+// rxFPDU is what the receive engine keeps of the FPDU it is receiving.
+type rxFPDU struct {
+	hdr        [hdrCopy]byte // ULPDU_Length and the headers
+	hdrLen     int           // bytes of hdr in use
+	ulpduLen   int
+	ddpHdrLen  int
+	op         wire.Opcode
+	last       bool // DDP's L flag
+	payloadLen int
+}
+
+// rxPlan is where the payload of the current FPDU goes: up to MaxSGE+1
+// pieces of registered memory, each with its region and the STag word it
+// was validated with, and the regions referenced meanwhile.
+type rxPlan struct {
+	dst   [MaxSGE + 1][]byte
+	mr    [MaxSGE + 1]*MR
+	word  [MaxSGE + 1]uint64
+	n     int
+	refs  [MaxSGE + 1]*MR
+	nrefs int
 }
 
 func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.qp, rx.conn = qp, conn
 	rx.crc = qp.p.CRC
-	rx.msn = [4]uint32{1, 1, 1, 1}
-	rx.stall = qp.cfg.RxStallTimeout
-	rx.buffered = qp.cfg.BufferedRx || qp.p.MarkersRx || len(qp.p.Leftover) > rxBufSize/2
-	if rx.buffered {
-		var r io.Reader = rxReader{rx}
-		if len(qp.p.Leftover) > 0 {
-			r = io.MultiReader(bytes.NewReader(qp.p.Leftover), r)
-		}
-		rx.df = mpa.NewDeframer(r, mpa.DeframerConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersRx})
-		return
-	}
-	rx.bufp = rxPool.Get()
-	rx.b = *rx.bufp
+	rx.untagged.Reset()
+	rx.stallTimeout = qp.cfg.RxStallTimeout
+	rx.place.rx = rx
 	if sc, ok := conn.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
-			rx.rawc = rc
-			rx.vfn = rx.readvFD
+			rx.rawConn = rc
+			rx.readvFn = rx.readvFD
 		}
 	}
-	rx.w = copy(rx.b, qp.p.Leftover)
+	rx.bufp = rxPool.Get()
+	// With markers (or QPConfig.BufferedRx) whole FPDUs are read and
+	// checked before their payload is placed; headers still come first.
+	rx.rd = mpa.NewReader(rxConn{rx}, *rx.bufp, mpa.ReaderConfig{
+		CRC:      qp.p.CRC,
+		Markers:  qp.p.MarkersRx,
+		Buffered: qp.cfg.BufferedRx || qp.p.MarkersRx,
+		Leftover: qp.p.Leftover,
+	})
 }
 
 func (rx *rxEngine) release() {
 	rx.dropRefs()
-	if rx.tagMR != nil {
-		rx.tagMR.release()
-		rx.tagMR = nil
+	if rx.writeMR != nil {
+		rx.writeMR.release()
+		rx.writeMR = nil
 	}
-	rx.orqE = nil
+	rx.readResp = nil
+	rx.rd = nil
 	if rx.bufp != nil {
 		rxPool.Put(rx.bufp)
-		rx.bufp, rx.b = nil, nil
+		rx.bufp = nil
 	}
-	rx.df = nil
 }
 
 // rxLoop is the receive goroutine. When it stops reading it waits for the
@@ -252,14 +249,10 @@ func (qp *QP) rxEnd(conn net.Conn, err error) {
 			return
 		}
 		qp.peerClosed()
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		// Best effort: the peer may still read after its FIN.
-		ti := llpTerm(mpa.TermTCPClosed)
-		ti.cause = errTruncated
-		qp.fail(ti.err(), ti)
-	case errors.Is(err, ErrRxStalled):
-		ti := llpTerm(mpa.TermTCPClosed)
-		ti.cause = ErrRxStalled
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, ErrRxStalled):
+		// Best effort after a truncation: the peer may still read after
+		// its FIN.
+		ti := qp.rx.termFor(err)
 		qp.fail(ti.err(), ti)
 	case qp.rx.selfClosed.Load():
 		qp.ring()
@@ -302,8 +295,8 @@ func (rx *rxEngine) failWith(ti *termInfo) {
 }
 
 func (rx *rxEngine) gotFirst() {
-	if !rx.first {
-		rx.first = true
+	if !rx.peerSpoke {
+		rx.peerSpoke = true
 		close(rx.qp.rxFirst)
 	}
 }
@@ -313,9 +306,8 @@ func (rx *rxEngine) gotFirst() {
 func (rx *rxEngine) drain() error {
 	var tmp [4096]byte
 	buf := tmp[:]
-	if rx.b != nil {
-		buf = rx.b
-		rx.r, rx.w = 0, 0
+	if rx.bufp != nil {
+		buf = *rx.bufp // the reader is done with it
 	}
 	rx.draining = true
 	for {
@@ -325,22 +317,14 @@ func (rx *rxEngine) drain() error {
 	}
 }
 
-func unexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// runDirect is the header-first receive path (no markers).
-func (rx *rxEngine) runDirect() error {
+// run is the receive loop: one FPDU at a time, until reading stops.
+func (rx *rxEngine) run() error {
 	qp := rx.qp
 	for {
 		if qp.broken.Load() {
 			return rx.drain()
 		}
-		ti, err := rx.fpduDirect()
-		rx.inFPDU = false
+		ti, err := rx.fpdu()
 		rx.dropRefs()
 		if err != nil {
 			return err
@@ -351,396 +335,142 @@ func (rx *rxEngine) runDirect() error {
 	}
 }
 
-// fill makes n bytes available in b[r:]. It returns io.EOF only when the
-// stream ended with nothing buffered.
-func (rx *rxEngine) fill(n int) error {
-	if rx.w-rx.r >= n {
-		return nil
-	}
-	if rx.r == rx.w {
-		rx.r, rx.w = 0, 0
-	} else if rx.r+n > len(rx.b) {
-		rx.w = copy(rx.b, rx.b[rx.r:rx.w])
-		rx.r = 0
-	}
-	for {
-		limit := len(rx.b)
-		if rx.big {
-			limit = min(limit, rx.r+n+bigSlack)
-		}
-		m, err := rx.read(rx.b[rx.w:limit])
-		rx.w += m
-		if rx.w-rx.r >= n {
-			return nil
-		}
-		if err != nil {
-			if err == io.EOF && rx.w > rx.r {
-				return io.ErrUnexpectedEOF
-			}
-			return err
-		}
-	}
+// rxPlace is the fence of one plan entry's placement, as the FPDU reader
+// calls it (mpa.Placer): every write into registered memory happens
+// between Enter and Leave, and only while the region's STag word is still
+// the one it was validated with.
+type rxPlace struct {
+	rx   *rxEngine
+	mr   *MR
+	want uint64
 }
 
-// readInto fills d, part of mr validated with the STag word want, with
-// the next payload bytes: first from the buffer, then, for a long
-// remainder, straight from the socket. Every write into d happens inside
-// a placement (enterPlace .. leavePlace) and only while mr's STag word is
-// still want; it returns errCut as soon as it is not. Waiting for bytes
-// that go through the buffer is not a placement.
-func (rx *rxEngine) readInto(d []byte, mr *MR, want uint64) error {
-	if !rx.enterPlace(mr, want) {
+// Enter begins a placement of n bytes into p.mr (errCut: the region was
+// invalidated since it was validated).
+func (p *rxPlace) Enter(n int, direct bool) error {
+	rx := p.rx
+	if !rx.enterPlace(p.mr, p.want) {
 		return errCut
 	}
-	n := copy(d, rx.b[rx.r:rx.w])
-	rx.r += n
-	if n > 0 {
-		rx.qp.stats.rxCopied.Add(uint64(n))
-	}
-	d = d[n:]
-	if len(d) == 0 {
-		rx.leavePlace(mr)
-		return nil
-	}
-	if len(d) >= directMin {
-		rx.qp.stats.rxDirect.Add(uint64(len(d)))
-		var err error
-		if rx.rawc != nil {
-			rx.curMR, rx.curST = mr, want
-			err = rx.readDirect(d)
-			rx.curMR = nil
-		} else {
-			err = rx.readFull(d, mr, want)
-		}
-		rx.leavePlace(mr)
-		return unexpected(err)
-	}
-	rx.leavePlace(mr)
-	if err := rx.fill(len(d)); err != nil {
-		return unexpected(err)
-	}
-	if !rx.enterPlace(mr, want) {
-		return errCut
-	}
-	copy(d, rx.b[rx.r:rx.r+len(d)])
-	rx.leavePlace(mr)
-	rx.r += len(d)
-	rx.qp.stats.rxCopied.Add(uint64(len(d)))
-	return nil
-}
-
-// readIntoCRC is readInto under CRC: the payload goes through the buffer
-// and is folded into the CRC there, before it is copied into d, so that
-// the CRC checks the bytes that arrived even when d's memory changes
-// meanwhile (the application, or another connection placing into a
-// shared region); a check over d after placement would see those changes
-// as a CRC error and end the connection.
-//
-// Like readInto, every copy into d is a placement into mr, made only while
-// mr's STag word is still want (errCut when it is not); waiting for the
-// next bytes is not.
-func (rx *rxEngine) readIntoCRC(d []byte, mr *MR, want uint64) error {
-	for len(d) > 0 {
-		if rx.r == rx.w {
-			if err := rx.fill(1); err != nil {
-				return unexpected(err)
-			}
-		}
-		src := rx.b[rx.r:min(rx.w, rx.r+len(d))]
-		rx.c = mpa.UpdateCRC(rx.c, src)
-		if !rx.enterPlace(mr, want) {
-			return errCut
-		}
-		n := copy(d, src)
-		rx.leavePlace(mr)
-		rx.r += n
-		d = d[n:]
+	if direct {
+		rx.qp.stats.rxDirect.Add(uint64(n))
+	} else {
 		rx.qp.stats.rxCopied.Add(uint64(n))
 	}
 	return nil
 }
 
-// readDirect reads d straight from the socket and, in the same readv, up
-// to lookahead bytes that follow (the trailer and the next header) into
-// the buffer, which readInto has drained: one syscall per large FPDU
-// instead of a payload read plus a small trailer read.
-func (rx *rxEngine) readDirect(d []byte) error {
-	const lookahead = bigSlack + 8
-	rx.r, rx.w = 0, 0
-	rx.arm()
-	for len(d) > 0 {
-		rx.viov[0] = d
-		rx.viov[1] = rx.b[rx.w:min(len(rx.b), rx.w+lookahead)]
-		err := rx.rawc.Read(rx.vfn)
-		n := rx.vn
-		if err == nil {
-			err = rx.verr
-		}
-		if err != nil {
-			rx.viov = [2][]byte{}
-			if err == errCut || !errors.Is(err, os.ErrDeadlineExceeded) {
-				return err
-			}
-			if !placeValid(rx.curMR, rx.curST) {
-				return errCut
-			}
-			if err = rx.expired(); err != nil {
-				return err
-			}
-			continue
-		}
-		if n == 0 {
-			return io.EOF
-		}
-		rx.progress()
-		if n <= len(d) {
-			d = d[n:]
-			continue
-		}
-		rx.w += n - len(d)
-		d = nil
-	}
-	rx.viov = [2][]byte{}
-	return nil
+// Leave ends the placement Enter began.
+func (p *rxPlace) Leave() {
+	p.rx.leavePlace(p.mr)
 }
 
-// readvFD is readDirect's raw read: false asks the poller to wait for
-// the socket to become readable.
-func (rx *rxEngine) readvFD(fd uintptr) bool {
-	for {
-		if !placeValid(rx.curMR, rx.curST) {
-			rx.vn, rx.verr = 0, errCut
-			return true
+// fpdu receives one FPDU, header first: the DDP header (with the RDMAP
+// control byte in it) is checked as soon as its bytes are in, before any
+// byte of the rest is awaited; a control message's body (the rest of its
+// ULPDU) is read only once its header passed.
+func (rx *rxEngine) fpdu() (*termInfo, error) {
+	rd := rx.rd
+	ulen, err := rd.Next()
+	if err != nil {
+		if rd.Partial() {
+			rx.gotFirst() // part of an FPDU came: the peer has spoken
 		}
-		n, err := sys.Readv(fd, rx.viov[:])
-		switch err {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		rx.vn, rx.verr = n, err
-		if err != nil {
-			rx.vn, rx.verr = 0, os.NewSyscallError("readv", err)
-		}
-		return true
-	}
-}
-
-// fpduDirect receives one FPDU on the header-first path.
-func (rx *rxEngine) fpduDirect() (*termInfo, error) {
-	if err := rx.fill(mpa.LengthFieldLen); err != nil {
 		return nil, err
 	}
 	rx.gotFirst()
-	rx.inFPDU = true
-	ulen := int(binary.BigEndian.Uint16(rx.b[rx.r:]))
 	if ulen < ddp.TaggedHeaderLen {
-		return rx.malformedDirect(ulen)
+		return rx.malformed(ulen)
 	}
-	if err := rx.fill(mpa.LengthFieldLen + 1); err != nil {
-		return nil, unexpected(err)
+	h, err := rd.Header(1)
+	if err != nil {
+		return nil, err
 	}
-	hl := ddp.HeaderLen(rx.b[rx.r+mpa.LengthFieldLen])
+	hl := ddp.HeaderLen(h[0])
 	if ulen < hl {
-		return rx.malformedDirect(ulen)
+		return rx.malformed(ulen)
 	}
-	// Header first: the DDP header (with the RDMAP control byte) is
-	// checked as soon as it is in, before any byte of the rest is
-	// awaited; a control message's body (the rest of its ULPDU) is read
-	// only once its header passed.
-	if err := rx.fill(mpa.LengthFieldLen + hl); err != nil {
-		return nil, unexpected(err)
+	if h, err = rd.Header(hl); err != nil {
+		return nil, err
 	}
-	h := rx.b[rx.r : rx.r+mpa.LengthFieldLen+hl]
-	rx.c = 0
-	if rx.crc {
-		rx.c = mpa.UpdateCRC(0, h)
-	}
-	rx.r += len(h)
-	if ti := rx.begin(ulen, h[mpa.LengthFieldLen:]); ti != nil {
+	if ti := rx.begin(ulen, h); ti != nil {
 		if !rx.crc {
 			// Nothing to wait for: answer now (as siw does); the rest
 			// of the FPDU is drained with the stream.
 			return ti, nil
 		}
-		return rx.discardRest(ulen-hl, ti)
+		return rx.discardRest(ti)
 	}
-	if need := headerNeed(h[mpa.LengthFieldLen:], ulen); need > hl {
-		if err := rx.fill(need - hl); err != nil {
-			return nil, unexpected(err)
-		}
-		body := rx.b[rx.r : rx.r+need-hl]
-		if rx.crc {
-			rx.c = mpa.UpdateCRC(rx.c, body)
-		}
-		rx.hn += copy(rx.hdr[rx.hn:], body)
-		rx.r += len(body)
-	}
-	for i := range rx.nplan {
-		d := rx.plan[i]
-		var err error
-		if rx.crc {
-			err = rx.readIntoCRC(d, rx.planMR[i], rx.planST[i])
-		} else {
-			err = rx.readInto(d, rx.planMR[i], rx.planST[i])
-		}
-		if err != nil {
-			if err == errCut {
-				return rx.cutTerm(), nil
-			}
+	if need := headerNeed(h, ulen); need > hl {
+		if h, err = rd.Header(min(need, hdrCopy-mpa.LengthFieldLen)); err != nil {
 			return nil, err
 		}
-		rx.plan[i] = nil
+		rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+		if need > len(h) {
+			if err := rd.Discard(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	// Read the buffer one FPDU at a time only when the payload will go
-	// straight from the socket into memory (readInto's direct case);
-	// shorter payloads are copied through the buffer anyway, so read ahead.
-	rx.big = !rx.crc && rx.plen >= directMin+bigSlack
-	if ti, err := rx.trailer(ulen); ti != nil || err != nil {
-		return ti, err
+	for i := range rx.plan.n {
+		rx.place.mr, rx.place.want = rx.plan.mr[i], rx.plan.word[i]
+		err := rd.Place(rx.plan.dst[i], &rx.place)
+		rx.place.mr = nil
+		if err != nil { // ErrBadCRC here: Buffered, checked before placing
+			return rx.readerErr(err)
+		}
+		rx.plan.dst[i] = nil
 	}
+	if err := rd.Trailer(); err != nil {
+		return rx.readerErr(err)
+	}
+	wl, _ := rd.WireLen()
 	rx.qp.stats.rxFPDUs.Add(1)
-	rx.qp.stats.rxBytes.Add(uint64(mpa.FPDULen(ulen)))
+	rx.qp.stats.rxBytes.Add(uint64(wl))
 	return rx.end(), nil
 }
 
-// trailer reads pad and CRC and checks the CRC.
-func (rx *rxEngine) trailer(ulen int) (*termInfo, error) {
-	pad := mpa.PadLen(ulen)
-	if err := rx.fill(pad + mpa.CRCLen); err != nil {
-		return nil, unexpected(err)
-	}
-	t := rx.b[rx.r : rx.r+pad+mpa.CRCLen]
-	rx.r += len(t)
-	if !rx.crc {
-		return nil, nil
-	}
-	if mpa.UpdateCRC(rx.c, t[:pad]) != mpa.GetCRC(t[pad:]) {
+// readerErr sorts an error of the FPDU reader: a CRC mismatch and a
+// placement cut by a fence are answered with their Terminate; anything
+// else (the stream's) ends reading.
+func (rx *rxEngine) readerErr(err error) (*termInfo, error) {
+	switch err {
+	case errCut:
+		return rx.cutTerm(), nil
+	case mpa.ErrBadCRC:
 		rx.qp.stats.crcErrors.Add(1)
-		return rx.crcTerm(), nil
+		return rx.termFor(err), nil
 	}
-	return nil, nil
+	return nil, err
 }
 
-func (rx *rxEngine) crcTerm() *termInfo {
-	ti := &rx.ti
-	*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermCRC), cause: mpa.ErrBadCRC}
-	return ti
-}
-
-// discardRest reads the n ULPDU bytes left of an FPDU whose header failed
-// validation, and its trailer, through the CRC: with CRC in use, a bad
-// CRC is what gets reported (the header itself may be what is corrupt).
-func (rx *rxEngine) discardRest(n int, ti *termInfo) (*termInfo, error) {
-	for n > 0 {
-		k := min(n, rxBufSize/2)
-		if err := rx.fill(k); err != nil {
-			return nil, unexpected(err)
-		}
-		if rx.crc {
-			rx.c = mpa.UpdateCRC(rx.c, rx.b[rx.r:rx.r+k])
-		}
-		rx.r += k
-		n -= k
-	}
+// discardRest drops the rest of an FPDU whose header failed validation,
+// and its trailer, through the CRC: with CRC in use, a bad CRC is what
+// gets reported (the header itself may be what is corrupt).
+func (rx *rxEngine) discardRest(ti *termInfo) (*termInfo, error) {
 	saved := *ti
-	crcTi, err := rx.trailer(rx.ulen)
-	if err != nil {
+	if err := rx.rd.Discard(); err != nil {
 		return nil, err
 	}
-	if crcTi != nil {
-		return crcTi, nil
+	if err := rx.rd.Trailer(); err != nil {
+		return rx.readerErr(err)
 	}
-	rx.ti = saved
-	return &rx.ti, nil
+	rx.termBuf = saved
+	return &rx.termBuf, nil
 }
 
-// malformedDirect handles a ULPDU too short for the DDP header it
-// announces: siw answers LLP/MPA "marker and ULPDU length mismatch".
-func (rx *rxEngine) malformedDirect(ulen int) (*termInfo, error) {
-	rx.ulen = ulen
-	rx.c = 0
+// malformed handles a ULPDU too short for the DDP header it announces:
+// siw answers LLP/MPA "marker and ULPDU length mismatch" (after the CRC,
+// when one is in use).
+func (rx *rxEngine) malformed(ulen int) (*termInfo, error) {
+	rx.cur.ulpduLen = ulen
 	if !rx.crc {
-		return rx.shortTerm(), nil
+		return rx.termFor(errShortULPDU), nil
 	}
-	if err := rx.fill(mpa.LengthFieldLen + ulen); err != nil {
-		return nil, unexpected(err)
-	}
-	if rx.crc {
-		rx.c = mpa.UpdateCRC(0, rx.b[rx.r:rx.r+mpa.LengthFieldLen+ulen])
-	}
-	rx.r += mpa.LengthFieldLen + ulen
-	if ti, err := rx.trailer(ulen); ti != nil || err != nil {
-		return ti, err
-	}
-	return rx.shortTerm(), nil
-}
-
-func (rx *rxEngine) shortTerm() *termInfo {
-	ti := &rx.ti
-	*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(mpa.TermMarker), cause: errShortULPDU}
-	return ti
+	return rx.discardRest(rx.termFor(errShortULPDU))
 }
 
 var errShortULPDU = errors.New("rdmap: ULPDU too short for its headers")
-
-// runBuffered is the receive path through mpa.Deframer (markers, or
-// QPConfig.BufferedRx).
-func (rx *rxEngine) runBuffered() error {
-	qp := rx.qp
-	for {
-		if qp.broken.Load() {
-			return rx.drain()
-		}
-		f, err := rx.df.Next()
-		if err == mpa.ErrBadCRC {
-			rx.gotFirst()
-			qp.stats.crcErrors.Add(1)
-			rx.failWith(rx.crcTerm())
-			continue
-		}
-		if err != nil {
-			if len(rx.df.Buffered()) > 0 {
-				rx.gotFirst() // part of an FPDU came: the peer has spoken
-			}
-			return err
-		}
-		rx.gotFirst()
-		qp.stats.rxFPDUs.Add(1)
-		qp.stats.rxBytes.Add(uint64(f.WireLen))
-		ti := rx.fpduBuffered(f.ULPDU)
-		rx.dropRefs()
-		if ti != nil {
-			rx.failWith(ti)
-		}
-	}
-}
-
-func (rx *rxEngine) fpduBuffered(ul []byte) *termInfo {
-	ulen := len(ul)
-	rx.ulen = ulen
-	if ulen < ddp.TaggedHeaderLen || ulen < ddp.HeaderLen(ul[0]) {
-		return rx.shortTerm()
-	}
-	need := headerNeed(ul[:ddp.HeaderLen(ul[0])], ulen)
-	if ti := rx.begin(ulen, ul[:need]); ti != nil {
-		return ti
-	}
-	p := ul[need:]
-	for i := range rx.nplan {
-		mr := rx.planMR[i]
-		if !rx.enterPlace(mr, rx.planST[i]) {
-			return rx.cutTerm()
-		}
-		n := copy(rx.plan[i], p)
-		rx.leavePlace(mr)
-		p = p[n:]
-		rx.plan[i] = nil
-		rx.qp.stats.rxCopied.Add(uint64(n))
-	}
-	return rx.end()
-}
 
 // headerNeed returns how many ULPDU bytes make up the headers of an FPDU
 // whose DDP header is h: the DDP header for data messages (Write, Read
@@ -798,19 +528,20 @@ func rdmapHdrLen(op wire.Opcode, body int) int {
 // term builds the Terminate for the current FPDU; hdrs copies its DDP
 // header (M and D).
 func (rx *rxEngine) term(layer wire.Layer, etype, code uint8, hdrs bool) *termInfo {
-	ti := &rx.ti
+	ti := &rx.termBuf
 	*ti = termInfo{layer: layer, etype: etype, code: code}
 	if hdrs {
 		ti.m = true
-		ti.ddpLen = copy(ti.ddpHdr[:], rx.hdr[mpa.LengthFieldLen:mpa.LengthFieldLen+rx.ddpLen])
-		ti.ulpduLen = rx.ulen
-		ti.payLen = max(rx.ulen-rx.ddpLen-rdmapHdrLen(rx.op, rx.ulen-rx.ddpLen), 0)
+		ti.ddpLen = copy(ti.ddpHdr[:], rx.cur.hdr[mpa.LengthFieldLen:mpa.LengthFieldLen+rx.cur.ddpHdrLen])
+		ti.ulpduLen = rx.cur.ulpduLen
+		ti.payLen = max(rx.cur.ulpduLen-rx.cur.ddpHdrLen-rdmapHdrLen(rx.cur.op, rx.cur.ulpduLen-rx.cur.ddpHdrLen), 0)
 	}
 	return ti
 }
 
+// termDDP is termFor for the DDP error of the given type and code.
 func (rx *rxEngine) termDDP(etype ddp.ErrorType, code ddp.ErrorCode) *termInfo {
-	return rx.term(wire.LayerDDP, uint8(etype), uint8(code), true)
+	return rx.termFor(&ddp.Error{Type: etype, Code: code})
 }
 
 // termReadReq is an RDMAP remote protection error on a Read Request: M, D
@@ -818,7 +549,7 @@ func (rx *rxEngine) termDDP(etype ddp.ErrorType, code ddp.ErrorCode) *termInfo {
 func (rx *rxEngine) termReadReq(code uint8) *termInfo {
 	ti := rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, code, true)
 	ti.hasRDMA = true
-	copy(ti.rdmaHdr[:], rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])
+	copy(ti.rdmaHdr[:], rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])
 	return ti
 }
 
@@ -837,33 +568,33 @@ func (rx *rxEngine) addRef(mr *MR) bool {
 	if !mr.acquire() {
 		return false
 	}
-	rx.refs[rx.nrefs] = mr
-	rx.nrefs++
+	rx.plan.refs[rx.plan.nrefs] = mr
+	rx.plan.nrefs++
 	return true
 }
 
 func (rx *rxEngine) dropRefs() {
-	for i := range rx.nrefs {
-		rx.refs[i].release()
-		rx.refs[i] = nil
+	for i := range rx.plan.nrefs {
+		rx.plan.refs[i].release()
+		rx.plan.refs[i] = nil
 	}
-	rx.nrefs = 0
-	for i := range rx.nplan {
-		rx.plan[i] = nil
-		rx.planMR[i] = nil
+	rx.plan.nrefs = 0
+	for i := range rx.plan.n {
+		rx.plan.dst[i] = nil
+		rx.plan.mr[i] = nil
 	}
-	rx.nplan = 0
+	rx.plan.n = 0
 }
 
 // cutTerm is the Terminate for a segment whose target memory was
 // invalidated or deregistered while it was being placed: the answer the
 // header check would have given had the region been invalid then.
 func (rx *rxEngine) cutTerm() *termInfo {
-	switch rx.op {
+	switch rx.cur.op {
 	case wire.OpWrite:
 		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
 	case wire.OpReadResponse:
-		rx.qp.setWRStatus(rx.orqE, WCLocProtErr)
+		rx.qp.setWRStatus(rx.readResp, WCLocProtErr)
 		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
 	}
 	rx.recvStatus = WCLocProtErr
@@ -876,28 +607,28 @@ func (rx *rxEngine) cutTerm() *termInfo {
 // undone. It returns the Terminate for an invalid FPDU.
 func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	hl := ddp.HeaderLen(h[0])
-	rx.ulen, rx.ddpLen, rx.plen, rx.nplan = ulen, hl, 0, 0
-	binary.BigEndian.PutUint16(rx.hdr[:], uint16(ulen))
-	rx.hn = mpa.LengthFieldLen + copy(rx.hdr[mpa.LengthFieldLen:], h)
-	clear(rx.hdr[rx.hn:])
+	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen, rx.plan.n = ulen, hl, 0, 0
+	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(ulen))
+	rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+	clear(rx.cur.hdr[rx.cur.hdrLen:])
 	dh, err := ddp.Parse(h)
 	if err != nil {
 		// RFC 5041 §7.2: invalid DDP version; siw sends no header back
 		// (the layout is unknown).
 		if h[0]&ddp.FlagTagged != 0 {
-			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), uint8(ddp.CodeTaggedVersion), false)
+			return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeTaggedVersion)
 		}
-		return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeUntagged), uint8(ddp.CodeUntaggedVersion), false)
+		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeUntaggedVersion)
 	}
 	ver, _, op := wire.Control(dh.RsvdULP())
-	rx.op = op
+	rx.cur.op = op
 	if ver != wire.Version1 {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeInvalidVersion, false)
 	}
 	if !rx.opAllowed(op) || op.Tagged() != dh.Tagged() {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, false)
 	}
-	rx.last = dh.Last()
+	rx.cur.last = dh.Last()
 	switch op {
 	case wire.OpWrite:
 		return rx.beginWrite(dh, ulen-hl)
@@ -906,7 +637,7 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		return rx.beginSend(dh, op, ulen-hl)
 	}
-	if !rx.last {
+	if !rx.cur.last {
 		// Read Requests, atomics, Immediate Data and Terminates are
 		// single-segment messages (RFC 5040 §4.4, §4.8; RFC 7306).
 		return rx.intersection()
@@ -914,7 +645,7 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	body := ulen - hl
 	size, minimum := ctrlBody(op)
 	if body < minimum {
-		ti := rx.shortTerm()
+		ti := rx.termFor(errShortULPDU)
 		return ti
 	}
 	if size >= 0 && body > size {
@@ -924,15 +655,8 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	if op == wire.OpTerminate {
 		return nil // checked, as siw does, only to call it bogus
 	}
-	qn := dh.QN()
-	if qn != queueOf(op) {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidQN)
-	}
-	if dh.MSN() != rx.msn[qn] || (qn == wire.QNSend && rx.recvActive) {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
-	}
-	if dh.MO() != 0 {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
+	if err := rx.untagged.Single(dh, queueOf(op)); err != nil {
+		return rx.termFor(err)
 	}
 	return nil
 }
@@ -940,40 +664,51 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 // beginWrite validates an RDMA Write segment (RFC 5041 §5.3, tagged
 // buffer model; siw_write_check_ntoh and siw_proc_write).
 func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
+	if rx.tagged.Active() && rx.taggedOp != wire.OpWrite {
+		return rx.intersection()
+	}
+	rx.cur.payloadLen = plen
+	if err := rx.tagged.Segment(dh, plen, rx); err != nil {
+		return rx.termFor(err)
+	}
+	rx.taggedOp = wire.OpWrite
+	return nil
+}
+
+// CheckRegion is the tagged side of placement (ddp.Regions): it checks
+// the region the current segment names, takes it (a Write's target is
+// referenced while its message lasts) and plans the placement. The region
+// is found through the device's STag lookup (Write) or the Read at the
+// head of the ORQ (Read Response).
+func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	qp := rx.qp
-	stag, to := dh.STag(), dh.TO()
-	if rx.tagActive {
-		if rx.tagOp != wire.OpWrite {
-			return rx.intersection()
-		}
-		if stag != rx.tagSTag {
-			return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
-		}
-		if to != rx.tagTO {
-			return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeBaseBounds)
-		}
-	}
-	rx.plen = plen
-	if plen > 0 {
-		// A zero-length Write is accepted without a check (siw does; the
-		// P2P RTR is one, to STag 1).
-		mr := rx.tagMR
-		if mr == nil {
-			mr = qp.dev.lookupMR(stag)
-			if mr == nil || !mr.acquire() {
-				return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
-			}
-			rx.tagMR = mr
-		}
-		st := mr.st.Load()
-		b, e := mr.check(qp, stag, AccessRemoteWrite, to, uint64(plen))
+	if rx.cur.op == wire.OpReadResponse {
+		o := rx.readResp
+		st := o.mr.st.Load()
+		b, e := o.mr.checkLocal(qp.pd, AccessLocalWrite, to, uint64(n))
 		if e != accessOK {
-			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
+			qp.setWRStatus(o, WCLocProtErr)
+			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.ErrorCode(e.ddpCode())}
 		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = b, mr, st
-		rx.nplan = 1
+		rx.plan.dst[0], rx.plan.mr[0], rx.plan.word[0] = b, o.mr, st
+		rx.plan.n = 1
+		return nil
 	}
-	rx.tagActive, rx.tagOp, rx.tagSTag, rx.tagTO = true, wire.OpWrite, stag, to+uint64(plen)
+	mr := rx.writeMR
+	if mr == nil {
+		mr = qp.dev.lookupMR(stag)
+		if mr == nil || !mr.acquire() {
+			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.CodeInvalidSTag}
+		}
+		rx.writeMR = mr
+	}
+	st := mr.st.Load()
+	b, e := mr.check(qp, stag, AccessRemoteWrite, to, uint64(n))
+	if e != accessOK {
+		return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.ErrorCode(e.ddpCode())}
+	}
+	rx.plan.dst[0], rx.plan.mr[0], rx.plan.word[0] = b, mr, st
+	rx.plan.n = 1
 	return nil
 }
 
@@ -981,7 +716,7 @@ func (rx *rxEngine) beginWrite(dh ddp.Header, plen int) *termInfo {
 // the head of the ORQ (siw_rresp_check_ntoh).
 func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	qp := rx.qp
-	if rx.tagActive && rx.tagOp != wire.OpReadResponse {
+	if rx.tagged.Active() && rx.taggedOp != wire.OpReadResponse {
 		return rx.intersection()
 	}
 	qp.sqMu.Lock()
@@ -995,28 +730,15 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 		// catastrophic).
 		return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 	}
-	stag, to := dh.STag(), dh.TO()
-	if stag != o.sinkSTag {
-		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeInvalidSTag)
+	// It lands where its Read said, from where the last segment ended,
+	// and ends with the Read.
+	rx.cur.payloadLen, rx.readResp = plen, o
+	rx.tagged.Expect(o.sinkSTag, o.off+uint64(o.got), o.off+uint64(o.length))
+	if err := rx.tagged.Segment(dh, plen, rx); err != nil {
+		rx.readResp = nil
+		return rx.termFor(err)
 	}
-	if to != o.off+uint64(o.got) || uint64(o.got)+uint64(plen) > uint64(o.length) ||
-		(rx.last && o.got+uint32(plen) != o.length) {
-		return rx.termDDP(ddp.ErrTypeTagged, ddp.CodeBaseBounds)
-	}
-	rx.plen = plen
-	if plen > 0 {
-		start := o.off + uint64(o.got)
-		st := o.mr.st.Load()
-		b, e := o.mr.checkLocal(qp.pd, AccessLocalWrite, start, uint64(plen))
-		if e != accessOK {
-			qp.setWRStatus(o, WCLocProtErr)
-			return rx.term(wire.LayerDDP, uint8(ddp.ErrTypeTagged), e.ddpCode(), true)
-		}
-		rx.plan[0], rx.planMR[0], rx.planST[0] = b, o.mr, st
-		rx.nplan = 1
-	}
-	rx.orqE = o
-	rx.tagActive, rx.tagOp = true, wire.OpReadResponse
+	rx.taggedOp = wire.OpReadResponse
 	return nil
 }
 
@@ -1025,17 +747,10 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 // siw_send_check_ntoh and siw_proc_send).
 func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo {
 	qp := rx.qp
-	msn, mo := dh.MSN(), dh.MO()
-	if dh.QN() != wire.QNSend {
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidQN)
+	if err := rx.untagged.Segment(dh, wire.QNSend); err != nil {
+		return rx.termFor(err)
 	}
-	if rx.recvActive {
-		if msn != rx.recvMSN {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
-		}
-		if mo != rx.recvMO {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
-		}
+	if rx.untagged.Continues(dh) {
 		if op != rx.recvOp {
 			return rx.intersection()
 		}
@@ -1046,64 +761,67 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 			return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		}
 	} else {
-		if msn != rx.msn[wire.QNSend] {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeMSNRange)
-		}
-		if mo != 0 {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeInvalidMO)
-		}
-		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.last {
+		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.cur.last {
 			// The zero-length Send RTR: consumed, not delivered.
 			rx.rtrSwallow = true
 			return nil
 		}
-		if !qp.takeRecv(&rx.recv) {
-			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
+		if err := rx.untagged.Begin(dh, rx); err != nil {
+			return rx.termFor(err)
 		}
-		rx.recvActive, rx.recvMSN, rx.recvMO, rx.recvOp = true, msn, 0, op
-		rx.recvStatus, rx.recvSge, rx.recvSgeOff = WCSuccess, 0, 0
+		rx.recvOp = op
+		rx.recvStatus, rx.recvSGE, rx.recvSGEOff = WCSuccess, 0, 0
 		rx.recvInv = STag(dh.RsvdULP32())
-		rx.recvTotal = 0
-		for i := range rx.recv.nsge {
-			rx.recvTotal += uint64(rx.recv.sgl[i].Length)
-		}
 	}
-	rx.plen = plen
-	if uint64(rx.recvMO)+uint64(plen) > rx.recvTotal {
-		// siw reports a Send too long for the buffer as "no buffer"
-		// (0x02), not RFC 5041's "message too long" (0x05).
+	rx.cur.payloadLen = plen
+	if err := rx.untagged.Fit(plen); err != nil {
 		rx.recvStatus = WCLocLenErr
-		return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
+		return rx.termFor(err)
 	}
 	pd := qp.pdForRecv()
 	for n := uint64(plen); n > 0; {
-		if rx.recvSge >= int(rx.recv.nsge) {
-			// Unreachable while recvMO+plen <= recvTotal <= MaxRecvLen;
+		if rx.recvSGE >= int(rx.recv.nsge) {
+			// Unreachable while Fit holds (MO+plen <= the SGL's total
+			// <= MaxRecvLen);
 			// a guard, never an index past the SGL.
 			rx.recvStatus = WCLocLenErr
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
 		}
-		s := &rx.recv.sgl[rx.recvSge]
-		avail := uint64(s.Length) - rx.recvSgeOff
+		s := &rx.recv.sgl[rx.recvSGE]
+		avail := uint64(s.Length) - rx.recvSGEOff
 		if avail == 0 {
-			rx.recvSge++
-			rx.recvSgeOff = 0
+			rx.recvSGE++
+			rx.recvSGEOff = 0
 			continue
 		}
 		k := min(avail, n)
-		start := s.Offset + rx.recvSgeOff
+		start := s.Offset + rx.recvSGEOff
 		st := s.MR.st.Load()
 		b, e := s.MR.checkLocal(pd, AccessLocalWrite, start, k)
 		if e != accessOK || !rx.addRef(s.MR) {
 			rx.recvStatus = WCLocProtErr
 			return rx.termDDP(ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic)
 		}
-		rx.plan[rx.nplan], rx.planMR[rx.nplan], rx.planST[rx.nplan] = b, s.MR, st
-		rx.nplan++
-		rx.recvSgeOff += k
+		rx.plan.dst[rx.plan.n], rx.plan.mr[rx.plan.n], rx.plan.word[rx.plan.n] = b, s.MR, st
+		rx.plan.n++
+		rx.recvSGEOff += k
 		n -= k
 	}
 	return nil
+}
+
+// TakeBuffer is the untagged side of placement (ddp.Buffers): the
+// receive posted on the QP (or its SRQ) for the Send that begins, and its
+// total length.
+func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
+	if qn != wire.QNSend || !rx.qp.takeRecv(&rx.recv) {
+		return 0, false
+	}
+	var total uint64
+	for i := range rx.recv.nsge {
+		total += uint64(rx.recv.sgl[i].Length)
+	}
+	return total, true
 }
 
 // end commits a received FPDU whose CRC checked: completions, MSNs, queued
@@ -1111,39 +829,40 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 // found only now.
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
-	switch rx.op {
+	switch rx.cur.op {
 	case wire.OpWrite:
-		if rx.last {
-			rx.tagActive = false
-			if rx.tagMR != nil {
-				rx.tagMR.release()
-				rx.tagMR = nil
+		rx.tagged.Placed(rx.cur.last)
+		if rx.cur.last {
+			if rx.writeMR != nil {
+				rx.writeMR.release()
+				rx.writeMR = nil
 			}
 		}
 	case wire.OpReadResponse:
-		rx.orqE.got += uint32(rx.plen)
-		if rx.last {
-			rx.tagActive, rx.orqE = false, nil
+		rx.readResp.got += uint32(rx.cur.payloadLen)
+		rx.tagged.Placed(rx.cur.last)
+		if rx.cur.last {
+			rx.readResp = nil
 			qp.completeORQ()
 		}
 	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
 		if rx.rtrSwallow {
 			rx.rtrSwallow, rx.rtrSeen = false, true
-			rx.msn[wire.QNSend]++
+			rx.untagged.Skip(wire.QNSend)
 			return nil
 		}
-		rx.recvMO += uint32(rx.plen)
-		if rx.last {
+		rx.untagged.Placed(rx.cur.payloadLen, rx.cur.last)
+		if rx.cur.last {
 			return rx.completeRecv()
 		}
 	case wire.OpImmData, wire.OpImmDataSE:
-		rx.msn[wire.QNSend]++
+		rx.untagged.Skip(wire.QNSend)
 		if !qp.takeRecv(&rx.recv) {
 			return rx.termDDP(ddp.ErrTypeUntagged, ddp.CodeNoBuffer)
 		}
 		wc := WC{ID: rx.recv.id, Op: WCRecvImm, Flags: WCWithImm, QPN: qp.qpn,
-			Imm: binary.BigEndian.Uint64(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])}
-		if rx.op == wire.OpImmDataSE {
+			Imm: binary.BigEndian.Uint64(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:])}
+		if rx.cur.op == wire.OpImmDataSE {
 			wc.Flags |= WCSolicited
 		}
 		qp.pushRecv(&wc)
@@ -1171,9 +890,7 @@ func (qp *QP) pushRecv(wc *WC) {
 // invalidating the Send with Invalidate's STag first (RFC 5040 §5.2).
 func (rx *rxEngine) completeRecv() *termInfo {
 	qp := rx.qp
-	rx.msn[wire.QNSend]++
-	rx.recvActive = false
-	wc := WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.recvMO, QPN: qp.qpn}
+	wc := WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.untagged.MO(), QPN: qp.qpn}
 	if rx.recvOp == wire.OpSendSE || rx.recvOp == wire.OpSendSEInv {
 		wc.Flags |= WCSolicited
 	}
@@ -1204,7 +921,7 @@ func (rx *rxEngine) completeRecv() *termInfo {
 // checking the IRD and the source memory (RFC 5040 §5.3).
 func (rx *rxEngine) readRequest() *termInfo {
 	qp := rx.qp
-	rr := wire.ReadRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+wire.ReadRequestLen])
+	rr := wire.ReadRequest(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+wire.ReadRequestLen])
 	qp.sqMu.Lock()
 	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
 	qp.sqMu.Unlock()
@@ -1241,7 +958,7 @@ func (rx *rxEngine) readRequest() *termInfo {
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{mr: pin, src: src, length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()}
 	qp.irqTail++
 	qp.sqMu.Unlock()
-	rx.msn[wire.QNReadRequest]++
+	rx.untagged.Skip(wire.QNReadRequest)
 	qp.ring()
 	return nil
 }
@@ -1250,10 +967,10 @@ func (rx *rxEngine) readRequest() *termInfo {
 // error and sends nothing back (siw_proc_terminate).
 func (rx *rxEngine) terminate() {
 	qp := rx.qp
-	dh := ddp.Header(rx.hdr[mpa.LengthFieldLen : mpa.LengthFieldLen+rx.ddpLen])
-	bogus := dh.QN() != wire.QNTerminate || dh.MSN() != rx.msn[wire.QNTerminate] || dh.MO() != 0
+	dh := ddp.Header(rx.cur.hdr[mpa.LengthFieldLen : mpa.LengthFieldLen+rx.cur.ddpHdrLen])
+	bogus := dh.QN() != wire.QNTerminate || dh.MSN() != rx.untagged.MSN(wire.QNTerminate) || dh.MO() != 0
 	var t wire.Terminate
-	body := rx.hdr[mpa.LengthFieldLen+rx.ddpLen : rx.hn]
+	body := rx.cur.hdr[mpa.LengthFieldLen+rx.cur.ddpHdrLen : rx.cur.hdrLen]
 	var perr error
 	if qp.p.TerminateLayoutSiw {
 		// The peer is Linux siw: read its layout, no guessing.
@@ -1288,7 +1005,7 @@ func (rx *rxEngine) terminate() {
 func (rx *rxEngine) atomicRequest() *termInfo {
 	qp := rx.qp
 	var a wire.AtomicRequest
-	_ = wire.ParseAtomicRequest(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
+	_ = wire.ParseAtomicRequest(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
 	qp.sqMu.Lock()
 	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
 	qp.sqMu.Unlock()
@@ -1333,7 +1050,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{atomic: true, reqID: a.ReqID, orig: orig}
 	qp.irqTail++
 	qp.sqMu.Unlock()
-	rx.msn[wire.QNAtomic]++
+	rx.untagged.Skip(wire.QNAtomic)
 	qp.ring()
 	return nil
 }
@@ -1361,7 +1078,7 @@ func maskedAdd(x, y, mask uint64) uint64 {
 func (rx *rxEngine) atomicResponse() *termInfo {
 	qp := rx.qp
 	var a wire.AtomicResponse
-	_ = wire.ParseAtomicResponse(rx.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
+	_ = wire.ParseAtomicResponse(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
 	qp.sqMu.Lock()
 	var o *orqEntry
 	if qp.orqHead != qp.orqTail {
@@ -1371,7 +1088,7 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	if o == nil || !o.atomic || o.reqID != a.ReqID {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, true)
 	}
-	rx.msn[wire.QNAtomic]++
+	rx.untagged.Skip(wire.QNAtomic)
 	st := o.mr.st.Load()
 	p, e := o.mr.checkLocal(qp.pd, AccessLocalWrite, o.off, 8)
 	if e != accessOK || !rx.enterPlace(o.mr, st) {

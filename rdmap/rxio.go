@@ -2,8 +2,12 @@ package rdmap
 
 import (
 	"errors"
+	"io"
 	"os"
+	"syscall"
 	"time"
+
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
 )
 
 // The receive engine owns the connection's read deadline. Three parties
@@ -43,24 +47,21 @@ func (rx *rxEngine) partial() bool {
 	if rx.draining {
 		return false
 	}
-	if rx.df != nil {
-		return len(rx.df.Buffered()) > 0
-	}
-	return rx.inFPDU || rx.w > rx.r
+	return rx.rd != nil && rx.rd.Partial()
 }
 
 // arm sets the engine's first stall deadline.
 func (rx *rxEngine) arm() {
-	if rx.stall > 0 && !rx.armed {
-		rx.armed = true
+	if rx.stallTimeout > 0 && !rx.stallArmed {
+		rx.stallArmed = true
 		rx.progressAt = time.Now()
-		rx.setDeadline(rx.progressAt.Add(rx.stall))
+		rx.setDeadline(rx.progressAt.Add(rx.stallTimeout))
 	}
 }
 
 // progress records that a read returned data.
 func (rx *rxEngine) progress() {
-	if rx.stall > 0 {
+	if rx.stallTimeout > 0 {
 		rx.progressAt = time.Now()
 	}
 }
@@ -73,15 +74,15 @@ func (rx *rxEngine) expired() error {
 		return os.ErrDeadlineExceeded
 	}
 	var dl time.Time
-	if rx.stall > 0 {
+	if rx.stallTimeout > 0 {
 		base := now
 		if rx.partial() {
-			if now.Sub(rx.progressAt) >= rx.stall {
+			if now.Sub(rx.progressAt) >= rx.stallTimeout {
 				return ErrRxStalled
 			}
 			base = rx.progressAt
 		}
-		dl = base.Add(rx.stall)
+		dl = base.Add(rx.stallTimeout)
 	}
 	rx.setDeadline(dl)
 	return nil
@@ -129,41 +130,79 @@ func (rx *rxEngine) read(p []byte) (int, error) {
 	}
 }
 
-// readFull reads len(d) bytes from the connection straight into d, part
-// of mr validated with the STag word want, checking before each read that
-// the word is unchanged (the path for connections without a raw file
-// descriptor, such as net.Pipe).
-func (rx *rxEngine) readFull(d []byte, mr *MR, want uint64) error {
+// rxConn is the connection as the FPDU reader reads it
+// (mpa.VectorReader): Read fills the reader's buffer (rx.read); ReadVec
+// reads a payload straight into registered memory, inside a placement
+// (rx.place.mr, validated with the STag word rx.place.want), and checks before
+// every system call that the word is unchanged (errCut when it is not).
+type rxConn struct{ rx *rxEngine }
+
+func (c rxConn) Read(p []byte) (int, error) { return c.rx.read(p) }
+
+// ReadVec reads into dst and then ahead with one readv (or, for a
+// connection without a raw file descriptor such as net.Pipe, reads into
+// dst alone), retrying reads the deadline interrupted for nothing.
+func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
+	rx := c.rx
 	rx.arm()
-	for len(d) > 0 {
-		if !placeValid(mr, want) {
-			return errCut
+	for {
+		var n int
+		var err error
+		if rx.rawConn != nil {
+			rx.iov[0], rx.iov[1] = dst, ahead
+			err = rx.rawConn.Read(rx.readvFn)
+			rx.iov = [2][]byte{}
+			n = rx.iovN
+			if err == nil {
+				err = rx.iovErr
+			}
+			if err == nil && n == 0 {
+				err = io.EOF
+			}
+		} else {
+			if !placeValid(rx.place.mr, rx.place.want) {
+				return 0, errCut
+			}
+			n, err = rx.conn.Read(dst)
 		}
-		n, err := rx.conn.Read(d)
 		if n > 0 {
 			rx.progress()
-			d = d[n:]
+			return n, nil
 		}
-		if err != nil {
-			if len(d) == 0 {
-				return nil
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				if !placeValid(mr, want) {
-					return errCut
-				}
-				if err = rx.expired(); err == nil {
-					continue
-				}
-			}
-			return err
+		if err == nil {
+			continue
+		}
+		if err == errCut || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, err
+		}
+		if !placeValid(rx.place.mr, rx.place.want) {
+			return 0, errCut
+		}
+		if err = rx.expired(); err != nil {
+			return 0, err
 		}
 	}
-	return nil
 }
 
-// rxReader is the connection as the Deframer of the buffered path reads
-// it.
-type rxReader struct{ rx *rxEngine }
-
-func (r rxReader) Read(p []byte) (int, error) { return r.rx.read(p) }
+// readvFD is ReadVec's raw read: false asks the poller to wait for the
+// socket to become readable.
+func (rx *rxEngine) readvFD(fd uintptr) bool {
+	for {
+		if !placeValid(rx.place.mr, rx.place.want) {
+			rx.iovN, rx.iovErr = 0, errCut
+			return true
+		}
+		n, err := sys.Readv(fd, rx.iov[:])
+		switch err {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		rx.iovN, rx.iovErr = n, err
+		if err != nil {
+			rx.iovN, rx.iovErr = 0, os.NewSyscallError("readv", err)
+		}
+		return true
+	}
+}

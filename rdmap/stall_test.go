@@ -62,15 +62,30 @@ func expectStall(t *testing.T, v *victim, p *rdmaptest.RawPeer, last time.Time, 
 // after QPConfig.RxStallTimeout (default 60s), measured from the last
 // byte that arrived; an idle connection never times out; a negative
 // timeout turns the limit off.
+//
+// It runs on every receive path: direct, buffered and markers, each with
+// and without CRC.
 func TestRxStallTimeout(t *testing.T) {
-	for _, crc := range []bool{false, true} {
-		name := "nocrc"
-		if crc {
-			name = "crc"
+	for _, m := range []struct {
+		name string
+		cfg  rdmap.QPConfig
+		o    rdmaptest.Options
+	}{
+		{"nocrc", rdmap.QPConfig{}, rdmaptest.Options{}},
+		{"crc", rdmap.QPConfig{}, rdmaptest.Options{CRC: true}},
+		{"buffered", rdmap.QPConfig{BufferedRx: true}, rdmaptest.Options{}},
+		{"buffered-crc", rdmap.QPConfig{BufferedRx: true}, rdmaptest.Options{CRC: true}},
+		{"markers", rdmap.QPConfig{}, rdmaptest.Options{MarkersAB: true}},
+		{"markers-crc", rdmap.QPConfig{}, rdmaptest.Options{MarkersAB: true, CRC: true}},
+	} {
+		name, o := m.name, m.o
+		cfg := func(c rdmap.QPConfig) rdmap.QPConfig {
+			c.BufferedRx = m.cfg.BufferedRx
+			return c
 		}
 		t.Run(name+"/default", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				v, p := stallVictim(t, rdmap.QPConfig{}, rdmaptest.Options{CRC: crc})
+				v, p := stallVictim(t, cfg(rdmap.QPConfig{}), o)
 				// Idle for an hour: nothing happens.
 				time.Sleep(time.Hour)
 				synctest.Wait()
@@ -85,7 +100,7 @@ func TestRxStallTimeout(t *testing.T) {
 		t.Run(name+"/progress", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const timeout = 5 * time.Second
-				v, p := stallVictim(t, rdmap.QPConfig{RxStallTimeout: timeout}, rdmaptest.Options{CRC: crc})
+				v, p := stallVictim(t, cfg(rdmap.QPConfig{RxStallTimeout: timeout}), o)
 				rest := partialSend(p, 5)
 				synctest.Wait()
 				// One byte every 4s: progress, never a stall, although
@@ -103,7 +118,7 @@ func TestRxStallTimeout(t *testing.T) {
 		})
 		t.Run(name+"/off", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				v, p := stallVictim(t, rdmap.QPConfig{RxStallTimeout: -1}, rdmaptest.Options{CRC: crc})
+				v, p := stallVictim(t, cfg(rdmap.QPConfig{RxStallTimeout: -1}), o)
 				rest := partialSend(p, 30)
 				time.Sleep(24 * time.Hour)
 				synctest.Wait()

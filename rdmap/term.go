@@ -1,13 +1,11 @@
 package rdmap
 
 import (
-	"net"
-	"os"
-	"syscall"
+	"errors"
+	"io"
 
 	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
-	"github.com/gosiw/gosiw/rdmap/internal/sys"
 	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
@@ -40,9 +38,42 @@ func localCatastrophic(cause error) *termInfo {
 	return &termInfo{layer: wire.LayerRDMAP, etype: wire.ETypeLocalCatastrophic, code: wire.CodeUnspecified, cause: cause}
 }
 
-// llpTerm is an MPA (LLP) Terminate.
-func llpTerm(code mpa.TermCode) *termInfo {
-	return &termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(code)}
+// termFor is the one place that maps an MPA or DDP error of the
+// receive path to the Terminate RFC 5040/5041/5044 and Linux siw give it
+// (siw_qp_rx.c, siw_qp.c), built in rx.termBuf:
+//
+//	mpa.ErrBadCRC        LLP, MPA, CRC error
+//	errShortULPDU        LLP, MPA, marker and ULPDU length mismatch (what
+//	                     siw sends for a ULPDU too short for its header)
+//	io.ErrUnexpectedEOF  LLP, MPA, TCP connection closed (errTruncated)
+//	ErrRxStalled         LLP, MPA, TCP connection closed
+//	*ddp.Error           DDP, its type and code; the terminated DDP header
+//	                     copied (M, D), except after an invalid DDP
+//	                     version (the layout is unknown)
+//
+// LLP errors copy no header. It returns nil for any other error. RDMAP
+// errors (opcode, version, access, IRD) are RDMAP semantics: the receive
+// engine builds them with rx.term.
+func (rx *rxEngine) termFor(err error) *termInfo {
+	llp := func(code mpa.TermCode, cause error) *termInfo {
+		ti := &rx.termBuf
+		*ti = termInfo{layer: wire.LayerLLP, etype: mpa.TermTypeMPA, code: uint8(code), cause: cause}
+		return ti
+	}
+	var de *ddp.Error
+	switch {
+	case errors.Is(err, mpa.ErrBadCRC):
+		return llp(mpa.TermCRC, mpa.ErrBadCRC)
+	case errors.Is(err, errShortULPDU):
+		return llp(mpa.TermMarker, errShortULPDU)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return llp(mpa.TermTCPClosed, errTruncated)
+	case errors.Is(err, ErrRxStalled):
+		return llp(mpa.TermTCPClosed, ErrRxStalled)
+	case errors.As(err, &de):
+		return rx.term(wire.LayerDDP, uint8(de.Type), uint8(de.Code), !de.Version())
+	}
+	return nil
 }
 
 func (t *termInfo) err() *TerminateError {
@@ -69,57 +100,4 @@ func (t *termInfo) message(l wire.Layout) wire.Terminate {
 		m.RDMAHeader = t.rdmaHdr[:]
 	}
 	return m
-}
-
-// emssOf returns the connection's EMSS: TCP_MAXSEG, or defaultEMSS for a
-// connection without one.
-func emssOf(c net.Conn) int {
-	if sc, ok := c.(syscall.Conn); ok {
-		if mss, err := sys.TCPMaxSeg(sc); err == nil && mss > 0 {
-			return mss
-		}
-	}
-	return defaultEMSS
-}
-
-// abortConn resets the connection: RST instead of FIN (SO_LINGER 0).
-func abortConn(c net.Conn) {
-	if c == nil {
-		return
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
-}
-
-// sockError returns the socket's pending error (SO_ERROR; reading it
-// clears it), or nil for a connection without one.
-func sockError(c net.Conn) error {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	var serr int
-	if err := rc.Control(func(fd uintptr) {
-		serr = sys.SockError(fd)
-	}); err != nil || serr == 0 {
-		return nil
-	}
-	return os.NewSyscallError("recv", syscall.Errno(serr))
-}
-
-// closeWrite sends a FIN if the connection supports half-close. It
-// reports false when it does not.
-func closeWrite(c net.Conn) bool {
-	cw, ok := c.(interface{ CloseWrite() error })
-	if !ok {
-		return false
-	}
-	_ = cw.CloseWrite()
-	return true
 }

@@ -1,0 +1,510 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+)
+
+// ReaderConfig says how the FPDUs a Reader reads are framed, as the
+// handshake negotiated, and how it delivers them.
+type ReaderConfig struct {
+	// CRC: the CRC field is checked.
+	CRC bool
+	// Markers: the sender inserts markers; StreamOffset is the marker
+	// position of the first byte the Reader reads (0 when it starts at
+	// the first FPDU).
+	Markers      bool
+	StreamOffset uint64
+	// MaxULPDU bounds ULPDU_Length; 0 means MaxULPDU (65535).
+	MaxULPDU int
+	// Buffered: the whole FPDU is read into the Reader's buffer, and its
+	// CRC checked, before Place writes the first payload byte into the
+	// caller's memory. Headers still come first (Header returns as soon
+	// as their bytes are in).
+	Buffered bool
+	// Leftover holds stream bytes read before the Reader starts (past
+	// the MPA handshake, say); the Reader reads them first. The Reader
+	// keeps the slice, never writes into it, and drops it once consumed.
+	Leftover []byte
+}
+
+// Placer fences the writes Reader.Place makes into the caller's memory.
+// Place calls Enter before each write into the destination and Leave
+// after it: n is how many bytes that write puts there (at most), direct
+// whether it is a read straight from the source (a VectorReader, which
+// may wait for the peer inside the placement) rather than a copy out of
+// the Reader's buffer (waiting for bytes that go through the buffer is
+// never done inside a placement). A non-nil error from Enter stops
+// Place, which returns that error unchanged and calls no Leave for it.
+type Placer interface {
+	Enter(n int, direct bool) error
+	Leave()
+}
+
+// VectorReader is a source that can read into two buffers with one call
+// (readv): ReadVec fills dst first and puts what follows into ahead. It
+// returns the total number of bytes read, more than zero unless err is
+// set; io.EOF when the stream has ended. A Reader calls ReadVec only
+// between Placer.Enter and Placer.Leave, with dst a part of the caller's
+// memory, so an implementation can check there that the placement is
+// still allowed before each system call.
+type VectorReader interface {
+	io.Reader
+	ReadVec(dst, ahead []byte) (int, error)
+}
+
+const (
+	// ReaderBufSize is the buffer size a Reader needs: any FPDU (65544
+	// bytes, plus its markers) with room to read ahead.
+	ReaderBufSize = 96 << 10
+	// DirectMin is the payload remainder from which Place reads straight
+	// from a VectorReader into the destination instead of through the
+	// buffer (without CRC, markers or Buffered only).
+	DirectMin = 4 << 10
+	// MaxHeader is the largest ULPDU prefix Header returns.
+	MaxHeader = 128
+	// bigSlack is how far past what it needs the Reader reads while
+	// payloads go straight into caller memory, so that a header comes
+	// with the previous trailer without pulling the next payload into the
+	// buffer.
+	bigSlack = 64
+)
+
+// errPastULPDU reports a caller asking for more bytes than the ULPDU has.
+var errPastULPDU = errors.New("mpa: read past the end of the ULPDU")
+
+// Reader reads the FPDUs of one direction from a byte stream, header
+// first: Next reads ULPDU_Length, Header the ULPDU's first bytes as soon
+// as they have arrived, and the caller, once it has checked them, either
+// places the payload into its own memory (Place, which reads straight
+// from a VectorReader when it can) or drops it (Discard); Trailer then
+// reads the pad and the CRC field and checks the CRC. The CRC covers the
+// bytes as they were read from the source (into the Reader's buffer, or
+// counted as they arrived), never re-read from caller memory. Markers
+// are removed, every marker byte folded into the CRC. Rest reads the
+// whole remaining ULPDU into the buffer instead (the Deframer's way).
+//
+// The errors are io errors from the source (io.EOF only between FPDUs; a
+// stream that ends inside an FPDU gives io.ErrUnexpectedEOF),
+// ErrULPDUTooLong, ErrBadCRC, and whatever a Placer returns. After an
+// error from the source the Reader keeps what it has read, and calling
+// the same method again continues. A Reader must be used from one
+// goroutine; it allocates only in NewReader (and in Rest with markers,
+// until its scratch has grown).
+type Reader struct {
+	src io.Reader
+	vec VectorReader // src, when it reads vectors; nil otherwise
+	cfg ReaderConfig
+	pre []byte // what is left of cfg.Leftover
+
+	buf  []byte // stream bytes in buf[r:w]
+	r, w int
+	pos  uint64 // stream offset of buf[r]
+	big  bool   // limit reads: the last payload went straight into memory
+
+	// The current FPDU (valid while in is set).
+	in      bool
+	ulen    int    // ULPDU_Length
+	done    int    // ULPDU bytes consumed
+	start   uint64 // stream offset of its first byte
+	end     uint64 // stream offset just after its CRC field
+	markers int    // markers within it
+	fstart  int    // buf index of its first byte; -1 once it left the buffer
+	crc     uint32 // CRC so far, over buf[fstart:crcAt] (folded lazily)
+	crcAt   int    // buf index up to which consumed bytes are in crc
+	checked bool   // Buffered: the whole FPDU was read and its CRC checked
+	crcOK   bool
+	wireCRC uint32 // its CRC field, as WireCRC reads it (after the check)
+	hdr     [MaxHeader]byte
+	hn      int
+
+	plain []byte // Rest's marker-free copy (markers only)
+}
+
+// maxEmptyReads bounds the reads that return no data and no error before
+// the Reader gives up with io.ErrNoProgress (as bufio does).
+const maxEmptyReads = 100
+
+// NewReader returns a Reader reading src into buf (the caller's, used
+// until the Reader is dropped; a new one is made when buf is shorter than
+// ReaderBufSize). If src is a VectorReader, Place reads large payloads
+// straight into the caller's memory with it.
+func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
+	if cfg.MaxULPDU <= 0 || cfg.MaxULPDU > MaxULPDU {
+		cfg.MaxULPDU = MaxULPDU
+	}
+	if len(buf) < ReaderBufSize {
+		buf = make([]byte, ReaderBufSize)
+	}
+	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, buf: buf, pos: cfg.StreamOffset}
+	rd.cfg.Leftover = nil
+	rd.vec, _ = src.(VectorReader)
+	return rd
+}
+
+// Buffered returns the stream bytes the Reader holds that no FPDU has
+// consumed: from the start of the current FPDU when one is being read
+// (and still in the buffer), otherwise what was read ahead.
+func (rd *Reader) Buffered() []byte {
+	if rd.in && rd.fstart >= 0 {
+		return rd.buf[rd.fstart:rd.w]
+	}
+	return rd.buf[rd.r:rd.w]
+}
+
+// Partial reports whether part of an FPDU has arrived and its rest is
+// awaited: an FPDU is being read, or bytes of the next one are buffered.
+func (rd *Reader) Partial() bool { return rd.in || rd.w > rd.r || len(rd.pre) > 0 }
+
+// InFPDU reports whether an FPDU has been started (Next) and not yet
+// finished (Trailer or Rest).
+func (rd *Reader) InFPDU() bool { return rd.in }
+
+// WireLen returns the length on the wire of the current (or last) FPDU,
+// markers included, and how many markers it holds.
+func (rd *Reader) WireLen() (n, markers int) { return int(rd.end - rd.start), rd.markers }
+
+// fill makes at least n stream bytes available in buf[r:]. It reports
+// io.EOF only when the stream ended with nothing buffered.
+func (rd *Reader) fill(n int) error {
+	empty := 0
+	for rd.w-rd.r < n {
+		keep := rd.r
+		if rd.in && rd.fstart >= 0 {
+			keep = rd.fstart
+		}
+		switch {
+		case rd.r == rd.w && keep == rd.r:
+			// Nothing to keep: start over at the front.
+			rd.foldCRC()
+			rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, 0, 0
+		case rd.r+n > len(rd.buf):
+			rd.foldCRC()
+			if rd.r+n-keep > len(rd.buf) {
+				// The current FPDU's consumed bytes no longer fit
+				// beside what is needed: let them go.
+				keep, rd.fstart = rd.r, -1
+			}
+			rd.w = copy(rd.buf, rd.buf[keep:rd.w])
+			rd.r -= keep
+			rd.crcAt = rd.r
+			if rd.fstart >= 0 {
+				rd.fstart -= keep
+			}
+		}
+		limit := len(rd.buf)
+		if rd.big {
+			limit = min(limit, rd.r+n+bigSlack)
+		}
+		var m int
+		var err error
+		if len(rd.pre) > 0 {
+			m = copy(rd.buf[rd.w:limit], rd.pre)
+			rd.pre = rd.pre[m:]
+		} else {
+			m, err = rd.src.Read(rd.buf[rd.w:limit])
+		}
+		rd.w += m
+		if rd.w-rd.r >= n {
+			return nil
+		}
+		if err != nil {
+			if err == io.EOF && (rd.w > rd.r || rd.in) {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if m == 0 {
+			if empty++; empty >= maxEmptyReads {
+				return io.ErrNoProgress
+			}
+		}
+	}
+	return nil
+}
+
+// rawFor returns how many stream bytes hold the next n marker-free bytes.
+func (rd *Reader) rawFor(n int) int {
+	if !rd.cfg.Markers {
+		return n
+	}
+	t, _ := markedLen(rd.pos, n)
+	return t
+}
+
+// consume drops k buffered stream bytes. They stay in the buffer until
+// they are folded into the CRC (foldCRC), so that the CRC covers them as
+// they were read.
+func (rd *Reader) consume(k int) []byte {
+	p := rd.buf[rd.r : rd.r+k]
+	rd.r += k
+	rd.pos += uint64(k)
+	return p
+}
+
+// foldCRC folds the consumed bytes not yet in the CRC into it. It runs
+// before those bytes could leave the buffer (compaction, a direct read),
+// and the rest is folded with the trailer in one pass.
+func (rd *Reader) foldCRC() {
+	if rd.in && rd.cfg.CRC && !rd.checked && rd.r > rd.crcAt {
+		rd.crc = UpdateCRC(rd.crc, rd.buf[rd.crcAt:rd.r])
+	}
+	rd.crcAt = rd.r
+}
+
+// take consumes the markers at the read position and then up to max
+// marker-free bytes that are buffered and contiguous, and returns those
+// (nil when none is buffered).
+func (rd *Reader) take(max int) []byte {
+	if rd.cfg.Markers {
+		for rd.r < rd.w {
+			off := int(rd.pos % MarkerInterval)
+			if off >= MarkerLen {
+				max = min(max, MarkerInterval-off)
+				break
+			}
+			rd.consume(min(MarkerLen-off, rd.w-rd.r))
+		}
+	}
+	n := min(max, rd.w-rd.r)
+	if n <= 0 {
+		return nil
+	}
+	return rd.consume(n)
+}
+
+// Next starts the next FPDU: it reads its ULPDU_Length and returns it.
+// It returns io.EOF when the stream ended cleanly before it, and
+// ErrULPDUTooLong (consuming nothing; the same call repeats it) for a
+// length over the limit. The FPDU must be finished (Trailer or Rest)
+// before the next call.
+func (rd *Reader) Next() (int, error) {
+	if rd.in {
+		return rd.ulen, nil
+	}
+	lw := rd.rawFor(LengthFieldLen)
+	if err := rd.fill(lw); err != nil {
+		return 0, err
+	}
+	var n int
+	if lw == LengthFieldLen {
+		n = int(binary.BigEndian.Uint16(rd.buf[rd.r:]))
+	} else {
+		var lb [8]byte
+		n = int(binary.BigEndian.Uint16(RemoveMarkers(lb[:0], rd.buf[rd.r:rd.r+lw], rd.pos)))
+	}
+	if n > rd.cfg.MaxULPDU {
+		return 0, ErrULPDUTooLong
+	}
+	wire, markers := FPDULen(n), 0
+	if rd.cfg.Markers {
+		wire, markers = markedLen(rd.pos, wire)
+	}
+	rd.in, rd.ulen, rd.done, rd.hn = true, n, 0, 0
+	rd.start, rd.end, rd.markers, rd.fstart = rd.pos, rd.pos+uint64(wire), markers, rd.r
+	rd.crc, rd.crcAt, rd.checked, rd.crcOK, rd.wireCRC = 0, rd.r, false, false, 0
+	for got := 0; got < LengthFieldLen; {
+		got += len(rd.take(LengthFieldLen - got))
+	}
+	return n, nil
+}
+
+// Header makes the first n bytes of the current ULPDU available, reading
+// only as many as are missing, and returns them (valid until the next
+// Next; n at most MaxHeader and the ULPDU's length). A header can thus be
+// checked as soon as its bytes are in, before the rest of the FPDU has
+// arrived.
+func (rd *Reader) Header(n int) ([]byte, error) {
+	if n > MaxHeader || n > rd.ulen || !rd.in {
+		return nil, errPastULPDU
+	}
+	for rd.hn < n {
+		if err := rd.fill(rd.rawFor(n - rd.hn)); err != nil {
+			return nil, err
+		}
+		for rd.hn < n {
+			p := rd.take(n - rd.hn)
+			if len(p) == 0 {
+				break
+			}
+			rd.hn += copy(rd.hdr[rd.hn:], p)
+			rd.done += len(p)
+		}
+	}
+	return rd.hdr[:n], nil
+}
+
+// complete reads the rest of the current FPDU into the buffer and checks
+// its CRC (Buffered, and Rest).
+func (rd *Reader) complete() error {
+	rem := int(rd.end - rd.pos)
+	if err := rd.fill(rem); err != nil {
+		return err
+	}
+	t := rd.buf[rd.r : rd.r+rem]
+	rd.wireCRC = WireCRC(t[rem-CRCLen:])
+	rd.crcOK = true
+	if rd.cfg.CRC {
+		rd.crcOK = UpdateCRC(rd.crc, rd.buf[rd.crcAt:rd.r+rem-CRCLen]) == GetCRC(t[rem-CRCLen:])
+	}
+	rd.checked = true
+	if !rd.crcOK {
+		return ErrBadCRC
+	}
+	return nil
+}
+
+// Place reads the next len(d) payload bytes of the current ULPDU into d,
+// each write into d between p.Enter and p.Leave. Bytes already buffered
+// are copied; without CRC, markers and Buffered, a remainder of at least
+// DirectMin is read straight from a VectorReader source into d. In
+// Buffered mode the whole FPDU is read and its CRC checked (ErrBadCRC)
+// before the first byte is written.
+func (rd *Reader) Place(d []byte, p Placer) error {
+	if !rd.in || len(d) > rd.ulen-rd.done {
+		return errPastULPDU
+	}
+	if rd.cfg.Buffered && !rd.checked {
+		if err := rd.complete(); err != nil {
+			return err
+		}
+	}
+	for len(d) > 0 {
+		if src := rd.take(len(d)); len(src) > 0 {
+			if err := p.Enter(len(src), false); err != nil {
+				return err
+			}
+			n := copy(d, src)
+			p.Leave()
+			d = d[n:]
+			rd.done += n
+			continue
+		}
+		if len(d) >= DirectMin && rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Markers && !rd.cfg.Buffered && len(rd.pre) == 0 {
+			if err := p.Enter(len(d), true); err != nil {
+				return err
+			}
+			err := rd.readDirect(d)
+			p.Leave()
+			return err
+		}
+		// Wait for more bytes, outside a placement; place them as they
+		// come.
+		if err := rd.fill(rd.rawFor(1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDirect reads d straight from the source and, in the same call, up
+// to lookahead bytes that follow (the trailer and the next header) into
+// the empty buffer: one system call per large FPDU instead of a payload
+// read and a small trailer read.
+func (rd *Reader) readDirect(d []byte) error {
+	const lookahead = bigSlack + 8
+	rd.foldCRC()
+	rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, -1, 0
+	for len(d) > 0 {
+		n, err := rd.vec.ReadVec(d, rd.buf[rd.w:min(len(rd.buf), rd.w+lookahead)])
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		k := min(n, len(d))
+		d = d[k:]
+		rd.pos += uint64(k)
+		rd.done += k
+		rd.w += n - k
+	}
+	return nil
+}
+
+// Discard drops the rest of the current ULPDU (folded into the CRC).
+func (rd *Reader) Discard() error {
+	if !rd.in {
+		return errPastULPDU
+	}
+	for rd.done < rd.ulen {
+		k := min(rd.ulen-rd.done, ReaderBufSize/2)
+		if err := rd.fill(rd.rawFor(k)); err != nil {
+			return err
+		}
+		for k > 0 {
+			p := rd.take(k)
+			if len(p) == 0 {
+				break
+			}
+			k -= len(p)
+			rd.done += len(p)
+		}
+	}
+	return nil
+}
+
+// Trailer finishes the current FPDU once its whole ULPDU has been
+// consumed (Header, Place, Discard): it reads the pad and the CRC field
+// and checks the CRC over every byte of the FPDU as it was read
+// (ErrBadCRC on a mismatch; the FPDU is finished either way).
+func (rd *Reader) Trailer() error {
+	if !rd.in || rd.done != rd.ulen {
+		return errPastULPDU
+	}
+	// A large payload went straight into memory: read this trailer and
+	// the next header only, not the next payload.
+	rd.big = rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Markers && !rd.cfg.Buffered && rd.ulen-rd.hn >= DirectMin+bigSlack
+	if !rd.checked {
+		if err := rd.complete(); err != nil && err != ErrBadCRC {
+			return err
+		}
+	}
+	rd.finish()
+	if !rd.crcOK {
+		return ErrBadCRC
+	}
+	return nil
+}
+
+// finish consumes the checked rest of the current FPDU.
+func (rd *Reader) finish() {
+	rem := int(rd.end - rd.pos)
+	rd.r += rem
+	rd.pos += uint64(rem)
+	rd.in = false
+}
+
+// Rest reads the whole rest of the current FPDU, checks its CRC and
+// finishes the FPDU. It returns the rest of the ULPDU (from where
+// Header left off; markers removed), valid until the next Next, together
+// with ErrBadCRC on a mismatch.
+func (rd *Reader) Rest() ([]byte, error) {
+	if !rd.in {
+		return nil, errPastULPDU
+	}
+	if !rd.checked {
+		if err := rd.complete(); err != nil && err != ErrBadCRC {
+			return nil, err
+		}
+	}
+	n := rd.ulen - rd.done
+	rem := int(rd.end - rd.pos)
+	raw := rd.buf[rd.r : rd.r+rem]
+	ul := raw[:min(n, len(raw))]
+	if rd.markers != 0 {
+		rd.plain = RemoveMarkers(rd.plain[:0], raw, rd.pos)
+		ul = rd.plain[:n]
+	}
+	rd.done = rd.ulen
+	rd.finish()
+	if !rd.crcOK {
+		return ul, ErrBadCRC
+	}
+	return ul, nil
+}
+
+// CRC returns the current (or last) FPDU's CRC field as WireCRC reads it,
+// once its trailer has been read.
+func (rd *Reader) CRC() uint32 { return rd.wireCRC }

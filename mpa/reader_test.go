@@ -1,0 +1,423 @@
+package mpa_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// countPlacer counts the placements Place makes and checks they pair up.
+type countPlacer struct {
+	t      testing.TB
+	inside bool
+	enters int
+	refuse error
+	direct int // bytes announced as read straight from the source
+	copied int
+}
+
+func (p *countPlacer) Enter(n int, direct bool) error {
+	if p.inside {
+		p.t.Fatal("Enter inside a placement")
+	}
+	if p.refuse != nil {
+		return p.refuse
+	}
+	p.inside = true
+	p.enters++
+	if direct {
+		p.direct += n
+	} else {
+		p.copied += n
+	}
+	return nil
+}
+
+func (p *countPlacer) Leave() {
+	if !p.inside {
+		p.t.Fatal("Leave outside a placement")
+	}
+	p.inside = false
+}
+
+// vecReader is a chunkReader that also reads vectors, and records how
+// many bytes went into dst.
+type vecReader struct {
+	chunkReader
+	vecBytes int
+	placer   *countPlacer
+}
+
+func (v *vecReader) ReadVec(dst, ahead []byte) (int, error) {
+	if v.placer != nil && !v.placer.inside {
+		panic("ReadVec outside a placement")
+	}
+	if len(v.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(dst, v.data[:min(len(v.data), 1+v.r.IntN(v.max))])
+	v.data = v.data[n:]
+	v.vecBytes += n
+	if len(dst) == n {
+		m := copy(ahead, v.data)
+		v.data = v.data[m:]
+		n += m
+	}
+	return n, nil
+}
+
+// readHeaderFirst reads every FPDU of rd the header-first way: Header for
+// a random prefix, Place into a few destinations, Trailer.
+func readHeaderFirst(t testing.TB, rd *mpa.Reader, r *rand.Rand, p *countPlacer) ([][]byte, error) {
+	var out [][]byte
+	for {
+		n, err := rd.Next()
+		if err != nil {
+			return out, err
+		}
+		ul := make([]byte, n)
+		h := r.IntN(min(n, mpa.MaxHeader) + 1)
+		hb, err := rd.Header(h)
+		if err != nil {
+			return out, err
+		}
+		copy(ul, hb)
+		for off := h; off < n; {
+			k := 1 + r.IntN(n-off)
+			if err := rd.Place(ul[off:off+k], p); err != nil {
+				if errors.Is(err, mpa.ErrBadCRC) {
+					// Buffered: the CRC is checked before anything is
+					// placed; what the FPDU holds is still there.
+					if p.inside {
+						t.Fatal("ErrBadCRC inside a placement")
+					}
+					rest, rerr := rd.Rest()
+					copy(ul[off:], rest)
+					if rerr != mpa.ErrBadCRC || rd.InFPDU() {
+						t.Fatalf("Rest after a bad CRC: %v, in FPDU %v", rerr, rd.InFPDU())
+					}
+					return append(out, ul), err
+				}
+				return out, err
+			}
+			off += k
+		}
+		err = rd.Trailer()
+		if err != nil && !errors.Is(err, mpa.ErrBadCRC) {
+			return out, err
+		}
+		out = append(out, ul)
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
+// TestReaderHeaderFirst: the header-first path (Header, Place, Trailer)
+// gives back every ULPDU the Framer framed, for CRC, markers and
+// Buffered on and off, however the stream and the placements are cut;
+// placements always pair up, and without CRC, markers and Buffered the
+// large remainders are read straight into the destination.
+func TestReaderHeaderFirst(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			for _, buffered := range []bool{false, true} {
+				for _, off := range []uint64{0, 4, 510} {
+					if off != 0 && !markers {
+						continue
+					}
+					t.Run(fmt.Sprintf("crc=%v/markers=%v/buffered=%v/off=%d", crc, markers, buffered, off), func(t *testing.T) {
+						ulpdus := randULPDUs(r, 40, 20000)
+						ulpdus = append(ulpdus, randBytes(r, mpa.MaxULPDU), nil)
+						f := &mpa.Framer{CRC: crc, Markers: markers, Pos: off}
+						stream := buildStream(r, f, ulpdus)
+						p := &countPlacer{t: t}
+						src := &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 + r.IntN(70000)}, placer: p}
+						rd := mpa.NewReader(src, nil, mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered})
+						got, err := readHeaderFirst(t, rd, r, p)
+						if err != io.EOF {
+							t.Fatalf("after %d FPDUs: %v, want io.EOF", len(got), err)
+						}
+						if len(got) != len(ulpdus) {
+							t.Fatalf("%d FPDUs, want %d", len(got), len(ulpdus))
+						}
+						for i := range got {
+							if !bytes.Equal(got[i], ulpdus[i]) {
+								t.Fatalf("FPDU %d differs (%d bytes)", i, len(got[i]))
+							}
+						}
+						copied, direct := p.copied, p.direct
+						if direct != src.vecBytes {
+							t.Fatalf("Placer announced %d direct bytes, ReadVec placed %d", direct, src.vecBytes)
+						}
+						if wantDirect := !crc && !markers && !buffered; (direct > 0) != wantDirect {
+							t.Fatalf("direct %d bytes (copied %d); want direct placement %v", direct, copied, wantDirect)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// blockReader serves data and then reports errBlock, as a peer that
+// stopped sending.
+type blockReader struct{ data []byte }
+
+var errBlock = errors.New("no more bytes")
+
+func (b *blockReader) Read(p []byte) (int, error) {
+	if len(b.data) == 0 {
+		return 0, errBlock
+	}
+	n := copy(p, b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
+
+// TestReaderHeaderBeforePayload: the header of an FPDU that declares a
+// large ULPDU is delivered while the rest has not arrived, on every
+// configuration (Buffered included); the rest is awaited only by Place,
+// Discard or Trailer.
+func TestReaderHeaderBeforePayload(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			for _, buffered := range []bool{false, true} {
+				fr := &mpa.Framer{CRC: crc, Markers: markers}
+				hdr := []byte("0123456789abcdefgh")
+				full := fr.AppendFPDU(nil, hdr, make([]byte, 60000))
+				cut := len(hdr) + 2
+				if markers {
+					cut += mpa.MarkerLen
+				}
+				rd := mpa.NewReader(&blockReader{data: full[:cut]}, nil, mpa.ReaderConfig{CRC: crc, Markers: markers, Buffered: buffered})
+				n, err := rd.Next()
+				if err != nil || n != len(hdr)+60000 {
+					t.Fatalf("crc=%v markers=%v buffered=%v: Next = %d, %v", crc, markers, buffered, n, err)
+				}
+				h, err := rd.Header(len(hdr))
+				if err != nil || !bytes.Equal(h, hdr) {
+					t.Fatalf("crc=%v markers=%v buffered=%v: Header = %q, %v", crc, markers, buffered, h, err)
+				}
+				if !rd.Partial() {
+					t.Fatal("Partial() false inside an FPDU")
+				}
+				p := &countPlacer{t: t}
+				if err := rd.Place(make([]byte, 10), p); err != errBlock {
+					t.Fatalf("Place past what arrived: %v, want the source's error", err)
+				}
+				if p.enters != 0 && (buffered || crc) {
+					t.Fatalf("placed %d times before the FPDU (buffered) or its bytes arrived", p.enters)
+				}
+				if err := rd.Discard(); err != errBlock {
+					t.Fatalf("Discard: %v, want the source's error", err)
+				}
+			}
+		}
+	}
+}
+
+// TestReaderErrors: CRC mismatches (detected by Trailer, or by Place in
+// Buffered mode before anything is placed), a refusing Placer, misuse,
+// and a stream cut inside an FPDU.
+func TestReaderErrors(t *testing.T) {
+	good := mpa.AppendFPDU(nil, []byte("header"), bytes.Repeat([]byte{7}, 100), true)
+	bad := bytes.Clone(good)
+	bad[20] ^= 1
+	stream := append(bytes.Clone(bad), good...)
+	for _, buffered := range []bool{false, true} {
+		rd := mpa.NewReader(bytes.NewReader(stream), nil, mpa.ReaderConfig{CRC: true, Buffered: buffered})
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rd.Header(6); err != nil {
+			t.Fatal(err)
+		}
+		p := &countPlacer{t: t}
+		d := make([]byte, 100)
+		err := rd.Place(d, p)
+		if buffered {
+			if err != mpa.ErrBadCRC || p.enters != 0 {
+				t.Fatalf("buffered Place: %v after %d placements, want ErrBadCRC before any", err, p.enters)
+			}
+			if err := rd.Discard(); err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.Trailer(); err != mpa.ErrBadCRC {
+			t.Fatalf("Trailer: %v, want ErrBadCRC", err)
+		}
+		// The next FPDU is intact.
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+		ul, err := rd.Rest()
+		if err != nil || !bytes.HasPrefix(ul, []byte("header")) || rd.CRC() != mpa.WireCRC(good[len(good)-4:]) {
+			t.Fatalf("second FPDU: %q, %v", ul, err)
+		}
+	}
+
+	// A Placer that refuses: its error comes back, nothing is written.
+	rd := mpa.NewReader(bytes.NewReader(good), nil, mpa.ReaderConfig{})
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	cut := errors.New("cut")
+	d := make([]byte, 106)
+	if err := rd.Place(d, &countPlacer{t: t, refuse: cut}); err != cut || d[0] != 0 {
+		t.Fatalf("refused Place: %v, d[0] = %d", err, d[0])
+	}
+
+	// Misuse is an error, never a panic or a read past the ULPDU.
+	rd = mpa.NewReader(bytes.NewReader(good), nil, mpa.ReaderConfig{})
+	if _, err := rd.Header(1); err == nil {
+		t.Fatal("Header before Next")
+	}
+	if err := rd.Trailer(); err == nil {
+		t.Fatal("Trailer before Next")
+	}
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Trailer(); err == nil {
+		t.Fatal("Trailer before the ULPDU was consumed")
+	}
+	if err := rd.Place(make([]byte, 107), &countPlacer{t: t}); err == nil {
+		t.Fatal("Place past the ULPDU")
+	}
+	if _, err := rd.Header(mpa.MaxHeader + 1); err == nil {
+		t.Fatal("Header over MaxHeader")
+	}
+
+	// Cut inside an FPDU, at every point.
+	for i := 1; i < len(good); i++ {
+		rd := mpa.NewReader(bytes.NewReader(good[:i]), nil, mpa.ReaderConfig{CRC: true})
+		_, err := readHeaderFirst(t, rd, rand.New(rand.NewPCG(uint64(i), 1)), &countPlacer{t: t})
+		if err != io.ErrUnexpectedEOF {
+			t.Fatalf("cut at %d: %v, want io.ErrUnexpectedEOF", i, err)
+		}
+	}
+}
+
+// TestReaderLeftover: bytes read before the Reader started come first.
+func TestReaderLeftover(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	ulpdus := randULPDUs(r, 20, 9000)
+	stream := buildStream(r, &mpa.Framer{}, ulpdus)
+	for _, cut := range []int{0, 1, 7, 5000, len(stream)} {
+		p := &countPlacer{t: t}
+		src := &vecReader{chunkReader: chunkReader{data: stream[cut:], r: r, max: 9000}, placer: p}
+		rd := mpa.NewReader(src, nil, mpa.ReaderConfig{Leftover: stream[:cut]})
+		got, err := readHeaderFirst(t, rd, r, p)
+		if err != io.EOF || len(got) != len(ulpdus) {
+			t.Fatalf("cut %d: %d FPDUs, %v", cut, len(got), err)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], ulpdus[i]) {
+				t.Fatalf("cut %d: FPDU %d differs", cut, i)
+			}
+		}
+	}
+}
+
+// TestReaderAllocs: the header-first path allocates nothing per FPDU.
+func TestReaderAllocs(t *testing.T) {
+	var stream []byte
+	for _, n := range []int{0, 18, 100, 1442, 5000, 20000} {
+		stream = mpa.AppendFPDU(stream, make([]byte, n), nil, false)
+	}
+	p := &countPlacer{t: t}
+	rd := mpa.NewReader(&cycleReader{data: stream}, nil, mpa.ReaderConfig{})
+	dst := make([]byte, mpa.MaxULPDU)
+	one := func() {
+		n, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := min(n, 18)
+		if _, err := rd.Header(h); err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.Place(dst[:n-h], p); err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.Trailer(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		one()
+	}
+	if a := testing.AllocsPerRun(500, one); a != 0 {
+		t.Errorf("header-first FPDU: %v allocs", a)
+	}
+}
+
+// FuzzReader feeds arbitrary bytes to a Reader with an arbitrary
+// configuration, read the header-first way with placements cut as the
+// fuzzer chooses. It must never panic, place outside the destinations or
+// past the ULPDU, and must agree with the whole-FPDU way (Rest) on every
+// ULPDU and error, and, without markers, with ParseFPDU.
+func FuzzReader(f *testing.F) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			for _, buffered := range []bool{false, true} {
+				for _, off := range []uint64{0, 508, 1<<64 - 4} {
+					fr := &mpa.Framer{CRC: crc, Markers: markers, Pos: off}
+					stream := buildStream(r, fr, randULPDUs(r, 4, 700))
+					f.Add(stream, crc, markers, buffered, off, uint64(off)+1)
+				}
+			}
+		}
+	}
+	f.Add(hexBytes(f, siwSendFPDU+siwReadReqFPDU+siwReadRespFPDU), true, false, false, uint64(0), uint64(7))
+	// One payload long enough for the direct read.
+	f.Add(mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+100), false), false, false, false, uint64(0), uint64(1))
+	f.Fuzz(func(t *testing.T, data []byte, crc, markers, buffered bool, off, seed uint64) {
+		cfg := mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered}
+		rnd := rand.New(rand.NewPCG(seed, seed>>32))
+		p := &countPlacer{t: t}
+		src := &vecReader{chunkReader: chunkReader{data: data, r: rnd, max: 1 + int(seed%5000)}, placer: p}
+		got, gerr := readHeaderFirst(t, mpa.NewReader(src, nil, cfg), rnd, p)
+		want := deframeAll(bytes.NewReader(data), mpa.DeframerConfig{CRC: crc, Markers: markers, StreamOffset: off})
+		if p.inside {
+			t.Fatal("left inside a placement")
+		}
+		if errors.Is(gerr, mpa.ErrBadCRC) {
+			if len(got) == 0 || len(got) > len(want) || want[len(got)-1].err != mpa.ErrBadCRC {
+				t.Fatalf("header-first: bad CRC at FPDU %d, whole: %d results", len(got)-1, len(want))
+			}
+		} else if last := want[len(want)-1]; len(got) != len(want)-1 || gerr != last.err {
+			t.Fatalf("%d FPDUs header-first ending %v, %d whole ending %v", len(got), gerr, len(want)-1, last.err)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i].ulpdu) {
+				t.Fatalf("FPDU %d differs", i)
+			}
+		}
+		if markers {
+			return
+		}
+		// Without markers, ParseFPDU over the same bytes agrees.
+		rest := data
+		for i := range got {
+			fp, err := mpa.ParseFPDU(rest, crc)
+			if err != nil && !(errors.Is(err, mpa.ErrBadCRC) && i == len(got)-1) {
+				t.Fatalf("ParseFPDU of FPDU %d: %v", i, err)
+			}
+			if !bytes.Equal(fp.ULPDU, got[i]) {
+				t.Fatalf("ParseFPDU: FPDU %d differs", i)
+			}
+			rest = rest[fp.WireLen:]
+		}
+	})
+}
