@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gosiw/gosiw/rdmap"
@@ -109,6 +110,26 @@ func TestAllocMemory(t *testing.T) {
 	}
 }
 
+// TestCQWaitDeadline: Wait on an empty CQ returns the context's error
+// at its deadline (in the bubble's clock: no real time passes).
+func TestCQWaitDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cq, err := newDevice(t).CreateCQ(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := cq.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on an empty CQ: %v", err)
+		}
+		if el := time.Since(start); el != 10*time.Millisecond {
+			t.Fatalf("Wait returned after %v, want the 10ms deadline", el)
+		}
+	})
+}
+
 func TestCQ(t *testing.T) {
 	dev := newDevice(t)
 	if _, err := dev.CreateCQ(0); err == nil {
@@ -118,11 +139,6 @@ func TestCQ(t *testing.T) {
 	var wc [4]rdmap.WC
 	if cq.Poll(wc[:]) != 0 || cq.Len() != 0 || cq.Cap() != 8 {
 		t.Fatal("empty CQ")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := cq.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait on an empty CQ: %v", err)
 	}
 	pd := dev.AllocPD()
 	qp, _ := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq})
