@@ -23,9 +23,11 @@
 //
 // frame.go, fpdu.go and markers.go hold pure functions over byte slices:
 // ParseFrame/AppendFrame for Request and Reply frames (a struct, since a
-// frame is parsed once per connection), ParseFPDU/AppendFPDU and
-// AppendTrailer for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
-// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do not
+// frame is parsed once per connection), ParseFPDU/AppendFPDU, PadLen and
+// the CRC helpers for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
+// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. Where
+// markers fall and what they hold is computed in one place (markers.go),
+// which the Writer and the Deframer use too. They do not
 // allocate (beyond growing a caller's too-small buffer), keep no state and
 // are safe for concurrent use. Every malformed Request/Reply case has its
 // own error (ErrTruncated, ErrBadKey, *RevisionError matching
@@ -42,15 +44,18 @@
 //
 // Deframer cuts a byte stream (a TCP connection, or a reassembled capture
 // in the layers package) into FPDUs, removing markers and checking CRCs;
-// it is resumable after any reader error. Framer builds FPDUs for one
-// direction and keeps the marker position. Each must be used from one
-// goroutine. In an rdmap QP the receive goroutine uses a Deframer when
-// markers are negotiated or QPConfig.BufferedRx is set (its direct path
-// parses the FPDU with this package's layout functions); the send
-// goroutine frames its own batches (rdmap's txframe.go, on the same
-// functions), and Framer serves tools and tests (siw probe, testutil).
-// The handshake (handshake.go) is straight-line code
-// on top of the frame functions.
+// it is resumable after any reader error. Writer frames FPDUs into
+// batches written with one system call: without CRC a writev of iovecs
+// that point into the caller's memory (zero copy), with CRC one write of
+// a pooled buffer into which every byte was copied and over which the CRC
+// was computed, so that it covers exactly the bytes sent. Framer builds
+// single FPDUs into a byte slice and keeps the marker position, for tools
+// and tests (siw probe, testutil, raw peers). Each must be used from one
+// goroutine. In an rdmap QP the send goroutine frames with a Writer; the
+// receive goroutine uses a Deframer when markers are negotiated or
+// QPConfig.BufferedRx is set (its direct path parses the FPDU with this
+// package's layout functions). The handshake (handshake.go) is
+// straight-line code on top of the frame functions.
 //
 // gosiw is licensed under the Apache License, Version 2.0: see the LICENSE
 // file at the root of the module.

@@ -27,14 +27,14 @@
 // # Engines and concurrency
 //
 // Each started QP runs two goroutines. The send goroutine (tx.go) owns
-// the framer, the SQ cursor and the outgoing Read and Atomic Responses:
+// the FPDU writer (mpa.Writer), the SQ cursor and the outgoing Read and Atomic Responses:
 // it cuts messages into DDP segments no larger than the MULPDU (from the
 // connection's TCP_MAXSEG, as siw does), frames each as an FPDU and
 // writes many FPDUs at once. Without CRC32c the payload is a slice of
 // registered memory and a batch is one writev (net.Buffers over reused
 // arrays); with CRC32c the payload is copied into a pooled batch buffer
 // and the CRC computed over the copy, so that it covers exactly the bytes
-// sent even if the memory changes meanwhile (txframe.go). The receive
+// sent even if the memory changes meanwhile (mpa.Writer). The receive
 // goroutine (rx.go) owns the deframing, reassembly and placement state: it
 // reads the length and headers of an FPDU, validates them, then reads the
 // payload straight into the target memory; with CRC32c the payload goes

@@ -142,7 +142,7 @@ const (
 //
 // Once started, a QP runs two goroutines. The receive goroutine owns the
 // connection's read side, the deframing and reassembly state and the
-// placement of payload; the send goroutine owns the framer, the SQ cursor
+// placement of payload; the send goroutine owns the FPDU writer, the SQ cursor
 // and the outgoing Read and Atomic Responses. Neither logs per FPDU or
 // per work request; Stats has the counters.
 //

@@ -22,8 +22,9 @@ import (
 //	        Fence and ORD credits stall the SQ, never the IRQ
 //	                       │
 //	        emit: messages cut into DDP segments of at most MULPDU, each an
-//	        FPDU in the framer's batch (headers in scratch, payload from MRs;
-//	        with CRC everything copied into one batch buffer, CRC over the copy)
+//	        FPDU in the mpa.Writer's batch (headers in scratch, payload from
+//	        MRs; with CRC everything copied into one batch buffer, CRC over
+//	        the copy)
 //	                       │
 //	        flush: one writev (or write) per batch; then the batch's Sends, Writes and
 //	        Local Invalidates complete, in SQ order (Reads and atomics
@@ -33,7 +34,20 @@ import (
 // SQ has work waiting.
 const irqMaxBurst = 4
 
-var scratchPool = bufpool.New(scratchSize)
+// maxCtrlHdr is the longest DDP+RDMAP header an FPDU starts with
+// (untagged header and an Atomic Request), or a Terminate body.
+const maxCtrlHdr = 18 + 64
+
+// The send engine's buffers (rdmap/internal/bufpool): the FPDU writer's
+// scratch arena, taken when a QP starts and given back when it ends, and
+// its batch buffers with CRC, which the writer takes when a batch gets
+// its first byte and gives back when the batch is written (or the QP
+// ends), so the buffers in use are bounded by the batches being written
+// at once and an idle QP holds none.
+var (
+	scratchPool = bufpool.New(mpa.WriterScratchLen)
+	sendBufPool = bufpool.New(mpa.WriterBufLen)
+)
 
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
 // engine appends, the receive engine matches responses at the head.
@@ -75,7 +89,7 @@ const (
 // txEngine is the send engine's state, owned by the send goroutine.
 type txEngine struct {
 	qp      *QP
-	fr      framer
+	fr      mpa.Writer
 	scratch *[]byte
 	ulpdu   int
 	msn     [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
@@ -94,7 +108,7 @@ type txEngine struct {
 	r        irqEntry
 	irqBurst int
 
-	// Work requests before doneUpTo have been handed to the framer;
+	// Work requests before doneUpTo have been handed to the writer;
 	// those from marked on complete after the next flush.
 	doneUpTo, marked uint64
 	releases         []*MR // references to drop after the flush
@@ -110,16 +124,15 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.ulpdu = ulpdu
 	t.msn = [4]uint32{1, 1, 1, 1}
 	t.scratch = scratchPool.Get()
-	t.fr.init(*t.scratch, qp.p.CRC, qp.p.MarkersTx)
-	t.releases = make([]*MR, 0, 2*maxBatchIOV)
+	t.fr.Init(mpa.WriterConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersTx, MaxHeader: maxCtrlHdr,
+		Scratch: *t.scratch, Buffers: sendBufPool})
+	t.releases = make([]*MR, 0, 2*mpa.WriterMaxIOV)
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 }
 
 func (t *txEngine) release() {
-	t.fr.dropBuf()
+	t.fr.Release()
 	if t.scratch != nil {
-		t.fr.scratch = nil
-		clear(t.fr.iov)
 		scratchPool.Put(t.scratch)
 		t.scratch = nil
 	}
@@ -304,11 +317,11 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 	})
 	t.msn[wire.QNTerminate]++
 	h = wire.AppendTerminate(h, &msg)
-	t.fr.reset()
-	t.fr.begin(h, len(h))
-	t.fr.end()
+	t.fr.Reset()
+	t.fr.Begin(h, len(h))
+	t.fr.End()
 	_ = conn.SetWriteDeadline(time.Now().Add(termWriteTimeout))
-	n, err := t.fr.flush(conn)
+	n, err := t.fr.Flush(conn)
 	qp.stats.txBytes.Add(uint64(n))
 	if err != nil {
 		qp.lg.Info("terminate not sent", zap.Error(err))
@@ -324,7 +337,7 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 // happened (FPDUs sent or work requests completed).
 func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	t := &qp.tx
-	t.fr.reset()
+	t.fr.Reset()
 	for !qp.broken.Load() {
 		if t.job == jobNone && !qp.txPick() {
 			break
@@ -333,12 +346,12 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			break
 		}
 	}
-	sent := !t.fr.empty()
+	sent := !t.fr.Empty()
 	var err error
 	if sent {
-		fpdus := t.fr.fpdus
+		fpdus := t.fr.FPDUs()
 		var n int
-		n, err = t.fr.flush(conn)
+		n, err = t.fr.Flush(conn)
 		qp.stats.txBytes.Add(uint64(n))
 		qp.stats.txWritevs.Add(1)
 		if err == nil {
@@ -540,15 +553,15 @@ func (qp *QP) txEmit() bool {
 		if e.solicited {
 			op = wire.OpImmDataSE
 		}
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.fr.Room(maxCtrlHdr, 0) {
 			return false
 		}
 		h := t.untagged(op, wire.QNSend, 0, 0)
 		h = binary.BigEndian.AppendUint64(h, e.imm)
-		t.fr.begin(h, len(h))
-		t.fr.end()
+		t.fr.Begin(h, len(h))
+		t.fr.End()
 	case WRRead:
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.fr.Room(maxCtrlHdr, 0) {
 			return false
 		}
 		h := t.untagged(wire.OpReadRequest, wire.QNReadRequest, 0, 0)
@@ -556,10 +569,10 @@ func (qp *QP) txEmit() bool {
 			SinkSTag: e.sgl[0].MR.STag(), SinkTO: e.sgl[0].Offset, Size: e.length,
 			SrcSTag: e.remote.STag, SrcTO: e.remote.Offset,
 		})
-		t.fr.begin(h, len(h))
-		t.fr.end()
+		t.fr.Begin(h, len(h))
+		t.fr.End()
 	case WRFetchAdd, WRCmpSwap:
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.fr.Room(maxCtrlHdr, 0) {
 			return false
 		}
 		reqID := t.curReqID
@@ -571,8 +584,8 @@ func (qp *QP) txEmit() bool {
 		}
 		h := t.untagged(wire.OpAtomicRequest, wire.QNAtomic, 0, 0)
 		h = wire.AppendAtomicRequest(h, &a)
-		t.fr.begin(h, len(h))
-		t.fr.end()
+		t.fr.Begin(h, len(h))
+		t.fr.End()
 	}
 	t.doneUpTo = t.idx + 1
 	t.job, t.e = jobNone, nil
@@ -618,7 +631,7 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	pieces := int(e.nsge) + 1
 	for {
 		n, last := ddp.NextSegment(int(t.off), int(e.length), maxPay)
-		if !t.fr.room(hlen+n, pieces) {
+		if !t.fr.Room(hlen+n, pieces) {
 			return false
 		}
 		var h []byte
@@ -632,14 +645,14 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.off,
 			})
 		}
-		t.fr.begin(h, hlen+n)
+		t.fr.Begin(h, hlen+n)
 		if e.inline {
 			s := int(t.idx&qp.sqMask) * qp.cfg.MaxInline
-			t.fr.payload(qp.inline[s+int(t.off) : s+int(t.off)+n])
+			t.fr.Payload(qp.inline[s+int(t.off) : s+int(t.off)+n])
 		} else {
 			t.gather(e, n)
 		}
-		t.fr.end()
+		t.fr.End()
 		t.off += uint32(n)
 		if last {
 			if !tagged {
@@ -663,7 +676,7 @@ func (t *txEngine) gather(e *sqEntry, n int) {
 		}
 		k := min(avail, n)
 		start := s.Offset + uint64(t.sgeOff)
-		t.fr.payload(s.MR.buf[start : start+uint64(k)])
+		t.fr.Payload(s.MR.buf[start : start+uint64(k)])
 		t.sgeOff += uint32(k)
 		n -= k
 	}
@@ -677,29 +690,29 @@ func (qp *QP) txEmitResponse() bool {
 	t := &qp.tx
 	r := &t.r
 	if r.atomic {
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.fr.Room(maxCtrlHdr, 0) {
 			return false
 		}
 		h := t.untagged(wire.OpAtomicResponse, wire.QNAtomic, 0, 0)
 		h = wire.AppendAtomicResponse(h, &wire.AtomicResponse{ReqID: r.reqID, OriginalValue: r.orig})
-		t.fr.begin(h, len(h))
-		t.fr.end()
+		t.fr.Begin(h, len(h))
+		t.fr.End()
 	} else {
 		maxPay := t.ulpdu - ddp.TaggedHeaderLen
 		for {
 			n, last := ddp.NextSegment(int(t.off), int(r.length), maxPay)
-			if !t.fr.room(ddp.TaggedHeaderLen+n, 1) {
+			if !t.fr.Room(ddp.TaggedHeaderLen+n, 1) {
 				return false
 			}
 			h := ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
 				Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: r.sinkSTag, TO: r.sinkTO + uint64(t.off),
 			})
-			t.fr.begin(h, ddp.TaggedHeaderLen+n)
+			t.fr.Begin(h, ddp.TaggedHeaderLen+n)
 			if n > 0 {
 				src := r.off + uint64(t.off)
-				t.fr.payload(r.mr.buf[src : src+uint64(n)])
+				t.fr.Payload(r.mr.buf[src : src+uint64(n)])
 			}
-			t.fr.end()
+			t.fr.End()
 			t.off += uint32(n)
 			if last {
 				break
@@ -725,7 +738,7 @@ func (qp *QP) txEmitResponse() bool {
 // an untagged RTR takes MSN 1 of its queue.
 func (qp *QP) txEmitRTR() bool {
 	t := &qp.tx
-	if !t.fr.room(maxCtrlHdr, 0) {
+	if !t.fr.Room(maxCtrlHdr, 0) {
 		return false
 	}
 	rtr := qp.p.RTR
@@ -742,8 +755,8 @@ func (qp *QP) txEmitRTR() bool {
 		t.msn[wire.QNSend]++
 	}
 	h := wire.AppendRTR(t.hdr[:0], rtr)
-	t.fr.begin(h, len(h))
-	t.fr.end()
+	t.fr.Begin(h, len(h))
+	t.fr.End()
 	t.job = jobNone
 	return true
 }
