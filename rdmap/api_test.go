@@ -135,6 +135,9 @@ func TestCQ(t *testing.T) {
 	if _, err := dev.CreateCQ(0); err == nil {
 		t.Fatal("CQ of 0 accepted")
 	}
+	if _, err := dev.CreateCQ(rdmap.MaxCQE + 1); err != rdmap.ErrConfig {
+		t.Fatalf("CQ beyond MaxCQE: %v", err)
+	}
 	cq, _ := dev.CreateCQ(8)
 	var wc [4]rdmap.WC
 	if cq.Poll(wc[:]) != 0 || cq.Len() != 0 || cq.Cap() != 8 {

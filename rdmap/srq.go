@@ -16,7 +16,6 @@ type SRQConfig struct {
 // use.
 type SRQ struct {
 	pd     *PD
-	maxWR  int
 	maxSGE int
 
 	mu     sync.Mutex
@@ -40,7 +39,7 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 	if c.MaxWR < 0 || c.MaxWR > 1<<20 || c.MaxSGE < 0 || c.MaxSGE > MaxSGE {
 		return nil, ErrConfig
 	}
-	return &SRQ{pd: pd, maxWR: c.MaxWR, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
+	return &SRQ{pd: pd, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
 }
 
 // PostRecv posts a receive work request to the SRQ. An SGL longer in
@@ -57,7 +56,7 @@ func (s *SRQ) PostRecv(wr RecvWR) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if s.rq.len() >= s.maxWR {
+	if s.rq.full() {
 		return ErrQueueFull
 	}
 	s.rq.post(wr)
@@ -103,6 +102,6 @@ func (s *SRQ) Close() error {
 		return ErrBusy
 	}
 	s.closed = true
-	s.rq.clear()
+	s.rq.drop()
 	return nil
 }

@@ -285,13 +285,13 @@ func (qp *QP) txIdle() bool {
 	}
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.sqNext == qp.sqTail && qp.irqHead == qp.irqTail
+	return qp.sqNext == qp.sq.tail && qp.irq.empty()
 }
 
 func (qp *QP) orqEmpty() bool {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.orqHead == qp.orqTail
+	return qp.orq.empty()
 }
 
 // txShutdown ends the send direction: FIN when the connection supports
@@ -375,7 +375,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	if done {
 		qp.sqMu.Lock()
 		for i := t.completedUpTo; i < t.queuedUpTo; i++ {
-			if e := &qp.sq[i&qp.sqMask]; e.state == sqActive {
+			if e := qp.sq.at(i); e.state == sqActive {
 				e.state = sqDone
 			}
 		}
@@ -401,9 +401,9 @@ func (qp *QP) txPick() bool {
 	t := &qp.tx
 	qp.sqMu.Lock()
 	e, sqRunnable := qp.sqRunnableLocked()
-	if qp.irqHead != qp.irqTail && (!sqRunnable || t.irqBurst < irqMaxBurst) {
+	if r := qp.irq.peek(); r != nil && (!sqRunnable || t.irqBurst < irqMaxBurst) {
 		t.irqBurst++
-		t.resp = qp.irq[qp.irqHead%uint64(len(qp.irq))]
+		t.resp = *r
 		qp.sqMu.Unlock()
 		t.job, t.msgOff = jobIRQ, 0
 		return true
@@ -432,14 +432,14 @@ func (qp *QP) txPick() bool {
 // whether it may start now: a Fence waits for the ORQ to drain, a Read or
 // atomic for an ORD credit.
 func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
-	if qp.sqNext == qp.sqTail {
+	if qp.sqNext == qp.sq.tail {
 		return nil, false
 	}
-	e := &qp.sq[qp.sqNext&qp.sqMask]
-	if e.fence && qp.orqHead != qp.orqTail {
+	e := qp.sq.at(qp.sqNext)
+	if e.fence && !qp.orq.empty() {
 		return e, false
 	}
-	if awaitsResponse(e.op) && qp.orqTail-qp.orqHead >= uint64(qp.orqCap) {
+	if awaitsResponse(e.op) && qp.orq.full() {
 		return e, false
 	}
 	return e, true
@@ -475,7 +475,7 @@ func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
 // txAddORQLocked appends the ORQ entry of a Read or atomic, which holds
 // a reference to its sink memory until the response is placed.
 func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
-	if qp.orqCap == 0 {
+	if qp.orq.limit == 0 {
 		return WCLocQPOpErr // the handshake settled ORD 0
 	}
 	e.state = sqAwaiting
@@ -484,7 +484,7 @@ func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
 		return WCLocProtErr
 	}
 	t := &qp.tx
-	o := &qp.orq[qp.orqTail%uint64(len(qp.orq))]
+	o := qp.orq.push()
 	*o = orqEntry{atomic: e.op != WRRead, sqIdx: idx, mr: sink.MR, off: sink.Offset,
 		sinkSTag: sink.MR.STag(), length: sink.Length, msn: t.msn[wire.QNReadRequest]}
 	if o.atomic {
@@ -493,7 +493,6 @@ func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
 		o.reqID = t.reqID
 		t.atomicReqID = t.reqID
 	}
-	qp.orqTail++
 	return WCSuccess
 }
 
@@ -704,7 +703,7 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 		}
 		t.w.Begin(h, hlen+n)
 		if e.inline {
-			s := int(t.wrIdx&qp.sqMask) * qp.cfg.MaxInline
+			s := qp.sq.slot(t.wrIdx) * qp.cfg.MaxInline
 			t.w.Payload(qp.inline[s+int(t.msgOff) : s+int(t.msgOff)+n])
 		} else {
 			t.gather(e, n)
@@ -779,8 +778,7 @@ func (qp *QP) txEmitResponse() bool {
 		}
 	}
 	qp.sqMu.Lock()
-	qp.irq[qp.irqHead%uint64(len(qp.irq))] = irqEntry{}
-	qp.irqHead++
+	*qp.irq.pop() = irqEntry{}
 	qp.sqMu.Unlock()
 	t.resp = irqEntry{}
 	t.job, t.msgOff = jobNone, 0
@@ -800,8 +798,7 @@ func (qp *QP) txEmitRTR() bool {
 		case mpa.RTRWrite:
 		case mpa.RTRRead:
 			qp.sqMu.Lock()
-			qp.orq[qp.orqTail%uint64(len(qp.orq))] = orqEntry{hidden: true}
-			qp.orqTail++
+			*qp.orq.push() = orqEntry{hidden: true}
 			qp.sqMu.Unlock()
 			t.msn[wire.QNReadRequest]++
 		default: // a Send, as for any value Start let through
