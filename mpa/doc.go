@@ -25,15 +25,16 @@
 // ParseFrame/AppendFrame for Request and Reply frames (a struct, since a
 // frame is parsed once per connection), ParseFPDU/AppendFPDU, PadLen and
 // the CRC helpers for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
-// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. Where
-// markers fall and what they hold is computed in one place (markers.go),
-// which the Writer and the Deframer use too. They do not
-// allocate (beyond growing a caller's too-small buffer), keep no state and
-// are safe for concurrent use. Every malformed Request/Reply case has its
-// own error (ErrTruncated, ErrBadKey, *RevisionError matching
-// ErrUnknownRevision, ErrPDTooLong, ErrEnhancedShort, ErrReservedBits) so
-// that the handshake can answer each the way RFC 5044 and Linux siw
-// (drivers/infiniband/sw/siw/siw_cm.c) do.
+// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do
+// not allocate (beyond growing a caller's too-small buffer), keep no
+// state and are safe for concurrent use. Where markers fall and what
+// they hold is computed in one place (markers.go), which InsertMarkers,
+// RemoveMarkers, MarkedLen, the Writer and the Deframer share. Every
+// malformed Request/Reply case has its own error (ErrTruncated,
+// ErrBadKey, *RevisionError matching ErrUnknownRevision, ErrPDTooLong,
+// ErrEnhancedShort, ErrReservedBits) so that the handshake can answer
+// each the way RFC 5044 and Linux siw (drivers/infiniband/sw/siw/siw_cm.c)
+// do.
 //
 // The CRC is CRC32c computed with hash/crc32's Castagnoli table over the
 // whole FPDU before the CRC field, markers included, and is sent as the

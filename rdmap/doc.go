@@ -27,22 +27,27 @@
 // # Engines and concurrency
 //
 // Each started QP runs two goroutines. The send goroutine (tx.go) owns
-// the FPDU writer (mpa.Writer), the SQ cursor and the outgoing Read and Atomic Responses:
-// it cuts messages into DDP segments no larger than the MULPDU (from the
-// connection's TCP_MAXSEG, as siw does), frames each as an FPDU and
-// writes many FPDUs at once. Without CRC32c the payload is a slice of
+// the FPDU writer (mpa.Writer), the SQ cursor and the outgoing Read and
+// Atomic Responses: it takes Responses from the IRQ and work requests
+// from the SQ in order, cuts messages into DDP segments no larger than
+// the MULPDU (from the connection's TCP_MAXSEG, as siw does), and hands
+// the headers and the payload slices to the writer, which frames them as
+// FPDUs and writes many at once. Without CRC32c the payload is a slice of
 // registered memory and a batch is one writev (net.Buffers over reused
-// arrays); with CRC32c the payload is copied into a pooled batch buffer
-// and the CRC computed over the copy, so that it covers exactly the bytes
-// sent even if the memory changes meanwhile (mpa.Writer). The receive
+// arrays); with CRC32c the writer copies the payload into a pooled batch
+// buffer and computes the CRC over the copy, so that it covers exactly
+// the bytes sent even if the memory changes meanwhile. The receive
 // goroutine (rx.go) owns the deframing, reassembly and placement state: it
 // reads the length and headers of an FPDU, validates them, then reads the
 // payload straight into the target memory; with CRC32c the payload goes
 // through its buffer instead, folded into the CRC there before it is
 // copied into the target, so that the CRC checks the bytes that arrived
 // even when the target changes meanwhile. No data moves through
-// channels; the engines share only the SQ, ORQ and IRQ rings under
-// QP.sqMu. In steady state a work request allocates nothing.
+// channels; the engines share only the SQ, ORQ and IRQ under QP.sqMu.
+// Every queue (SQ, RQ, SRQ, ORQ, IRQ, a CQ's completions) is the same
+// ring (ring.go): a power-of-two array indexed by free-running counters,
+// allocated when the queue is created. In steady state a work request
+// allocates nothing.
 //
 // Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
 //
