@@ -724,6 +724,39 @@ func TestORDCredits(t *testing.T) {
 	})
 }
 
+// TestReadWithORD0: when the handshake settled ORD 0, a posted Read (or
+// atomic) may not be sent: it completes with a local QP operation error
+// and the QP ends with a local catastrophic Terminate (siw: "We negotiated
+// not to send READ req's"), instead of waiting for an ORD credit that
+// never comes. In a synctest bubble, so that a Read left waiting fails
+// the test at once (poll's deadline passes in fake time).
+func TestReadWithORD0(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev := newDevice(t)
+		v := newVictim(t, dev, rdmap.QPConfig{})
+		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRRead, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x700}, Signaled: true}))
+		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 2, Op: rdmap.WRWrite, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x200}, Signaled: true}))
+		p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{ORD: -1, Pipe: true}, true)
+		if got := v.qp.Params().ORD; got != 0 {
+			t.Fatalf("ORD %d, want 0", got)
+		}
+		term, _ := p.ExpectTerminate(time.Minute)
+		if term.Layer != wire.LayerRDMAP || term.EType != wire.ETypeLocalCatastrophic {
+			t.Fatalf("Terminate %v, want RDMAP local catastrophic", &term)
+		}
+		wcs := pollN(t, v.cq, 2)
+		expectWC(t, wcs[0], 1, rdmap.WCRead, rdmap.WCLocQPOpErr)
+		expectWC(t, wcs[1], 2, rdmap.WCWrite, rdmap.WCWRFlushErr)
+		p.ExpectEOF(time.Minute)
+		p.Conn.Close()
+		rdmaptest.WaitDone(t, v.qp, time.Minute)
+		var te *rdmap.TerminateError
+		if err := v.qp.Err(); !errors.As(err, &te) || te.Remote || te.EType != wire.ETypeLocalCatastrophic {
+			t.Fatalf("Err() = %v, want the local catastrophic Terminate", err)
+		}
+	})
+}
+
 // gatedConn holds the QP's reads until open is closed, so a test can let
 // the peer's FIN and RST both arrive before the QP reads either.
 type gatedConn struct {

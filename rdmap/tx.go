@@ -430,7 +430,8 @@ func (qp *QP) txPick() bool {
 
 // sqRunnableLocked returns the SQ entry the engine takes next, and
 // whether it may start now: a Fence waits for the ORQ to drain, a Read or
-// atomic for an ORD credit.
+// atomic for an ORD credit (unless the ORD is 0: then txAddORQLocked
+// fails it).
 func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
 	if qp.sqNext == qp.sq.tail {
 		return nil, false
@@ -439,7 +440,7 @@ func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
 	if e.fence && !qp.orq.empty() {
 		return e, false
 	}
-	if awaitsResponse(e.op) && qp.orq.full() {
+	if awaitsResponse(e.op) && qp.orq.limit > 0 && qp.orq.full() {
 		return e, false
 	}
 	return e, true
