@@ -23,16 +23,18 @@
 //
 // frame.go, fpdu.go and markers.go hold pure functions over byte slices:
 // ParseFrame/AppendFrame for Request and Reply frames (a struct, since a
-// frame is parsed once per connection), ParseFPDU/AppendFPDU and
-// AppendTrailer for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
-// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do not
-// allocate (beyond growing a caller's too-small buffer), keep no state and
-// are safe for concurrent use. Every malformed Request/Reply case has its
-// own error (ErrTruncated, ErrBadKey, *RevisionError matching
-// ErrUnknownRevision, ErrPDTooLong, ErrEnhancedShort, ErrReservedBits;
-// ErrSMBDShort and ErrSMBDZero for the [MS-SMBD] header) so
-// that the handshake can answer each the way RFC 5044 and Linux siw
-// (drivers/infiniband/sw/siw/siw_cm.c) do.
+// frame is parsed once per connection), ParseFPDU/AppendFPDU, PadLen and
+// the CRC helpers for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
+// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do
+// not allocate (beyond growing a caller's too-small buffer), keep no
+// state and are safe for concurrent use. Where markers fall and what
+// they hold is computed in one place (markers.go), which InsertMarkers,
+// RemoveMarkers, MarkedLen, the Writer and the Reader share. Every
+// malformed Request/Reply case has its own error (ErrTruncated,
+// ErrBadKey, *RevisionError matching ErrUnknownRevision, ErrPDTooLong,
+// ErrEnhancedShort, ErrReservedBits; ErrSMBDShort and ErrSMBDZero for the
+// [MS-SMBD] header) so that the handshake can answer each the way RFC 5044
+// and Linux siw (drivers/infiniband/sw/siw/siw_cm.c) do.
 //
 // The CRC is CRC32c computed with hash/crc32's Castagnoli table over the
 // whole FPDU before the CRC field, markers included, and is sent as the
@@ -59,10 +61,14 @@
 //
 // Deframer is the Reader in Buffered mode handing out whole FPDUs, for a
 // reassembled capture, tools and raw test peers; it is resumable after
-// any reader error. Framer builds FPDUs for one direction and keeps the
-// marker position. Each must be used from one goroutine. The send
-// goroutine frames its own batches (rdmap's txframe.go, on the layout
-// functions), and Framer serves tools and tests (siw probe, testutil).
+// any reader error. Writer frames FPDUs into batches written with one
+// system call: without CRC a writev of iovecs that point into the caller's
+// memory (zero copy), with CRC one write of a pooled buffer into which
+// every byte was copied and over which the CRC was computed, so that it
+// covers exactly the bytes sent; an rdmap QP's send goroutine frames with
+// a Writer. Framer builds single FPDUs into a byte slice and keeps the
+// marker position, for tools and tests (siw probe, testutil, raw peers).
+// Each must be used from one goroutine.
 // The handshake (handshake.go) is straight-line code
 // on top of the frame functions.
 //

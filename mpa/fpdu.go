@@ -89,21 +89,6 @@ func AppendFPDU(b []byte, hdr, payload []byte, crc bool) []byte {
 	return binary.LittleEndian.AppendUint32(b, c)
 }
 
-// AppendTrailer appends the pad and the CRC field for a ULPDU of n bytes
-// whose CRC so far (over ULPDU_Length and ULPDU) is crc; the pad bytes are
-// folded into the CRC. With useCRC false the field is zero. This lets a
-// sender write ULPDU_Length, header, payload and trailer as separate
-// buffers (writev) with the payload never copied.
-func AppendTrailer(b []byte, n int, crc uint32, useCRC bool) []byte {
-	pad := zeroPad[:PadLen(n)]
-	b = append(b, pad...)
-	if !useCRC {
-		return append(b, 0, 0, 0, 0)
-	}
-	crc = UpdateCRC(crc, pad)
-	return binary.LittleEndian.AppendUint32(b, crc)
-}
-
 // FPDU is one parsed FPDU.
 type FPDU struct {
 	// ULPDU is the payload (DDP segment), markers removed. It aliases the

@@ -29,6 +29,31 @@ import "encoding/binary"
 // part of a marker lies at or after pos as marker bytes, so that
 // InsertMarkers, RemoveMarkers, MarkedLen and the Deframer always agree.
 
+// markerSpan says what lies at stream offset p: the rest of a marker
+// (marker true, n the marker bytes from p on) or data (n the bytes before
+// the next marker). It is the one place that knows where markers fall;
+// every walk over a marked stream steps with it.
+func markerSpan(p uint64) (marker bool, n int) {
+	off := int(p % MarkerInterval)
+	if off < MarkerLen {
+		return true, MarkerLen - off
+	}
+	return false, MarkerInterval - off
+}
+
+// appendMarker appends the marker at stream offset p, or the rest of it
+// when p lies inside it, for the FPDU that starts at stream offset start:
+// FPDUPTR is the distance from start to the marker's first octet (0 when
+// that octet lies before start).
+func appendMarker(dst []byte, p, start uint64) []byte {
+	off := p % MarkerInterval
+	var m [MarkerLen]byte
+	if d := p - start; d >= off { // modulo 2^64
+		binary.BigEndian.PutUint16(m[2:], uint16(d-off))
+	}
+	return append(dst, m[off:]...)
+}
+
 // markedLen walks an FPDU of n marker-free bytes that starts at stream
 // offset pos and returns its length with markers and the marker count. A
 // marker (or the tail of one) at pos counts; one just after the last byte
@@ -36,13 +61,13 @@ import "encoding/binary"
 func markedLen(pos uint64, n int) (total, markers int) {
 	p := pos
 	for n > 0 {
-		off := int(p % MarkerInterval)
-		if off < MarkerLen {
-			p += uint64(MarkerLen - off)
+		marker, k := markerSpan(p)
+		if marker {
+			p += uint64(k)
 			markers++
 			continue
 		}
-		step := min(MarkerInterval-off, n)
+		step := min(k, n)
 		p += uint64(step)
 		n -= step
 	}
@@ -67,17 +92,13 @@ func InsertMarkers(dst, fpdu []byte, pos uint64, crc bool) ([]byte, uint64) {
 	start := len(dst)
 	p := pos
 	for len(fpdu) > 0 {
-		off := int(p % MarkerInterval)
-		if off < MarkerLen {
-			var m [MarkerLen]byte
-			if d := p - pos; d >= uint64(off) { // modulo 2^64
-				binary.BigEndian.PutUint16(m[2:], uint16(d-uint64(off)))
-			}
-			dst = append(dst, m[off:]...)
-			p += uint64(MarkerLen - off)
+		marker, k := markerSpan(p)
+		if marker {
+			dst = appendMarker(dst, p, pos)
+			p += uint64(k)
 			continue
 		}
-		step := min(MarkerInterval-off, len(fpdu))
+		step := min(k, len(fpdu))
 		dst = append(dst, fpdu[:step]...)
 		fpdu = fpdu[step:]
 		p += uint64(step)
@@ -99,14 +120,14 @@ func InsertMarkers(dst, fpdu []byte, pos uint64, crc bool) ([]byte, uint64) {
 func RemoveMarkers(dst, raw []byte, pos uint64) []byte {
 	p := pos
 	for len(raw) > 0 {
-		off := int(p % MarkerInterval)
-		if off < MarkerLen {
-			skip := min(MarkerLen-off, len(raw))
+		marker, k := markerSpan(p)
+		if marker {
+			skip := min(k, len(raw))
 			raw = raw[skip:]
 			p += uint64(skip)
 			continue
 		}
-		step := min(MarkerInterval-off, len(raw))
+		step := min(k, len(raw))
 		dst = append(dst, raw[:step]...)
 		raw = raw[step:]
 		p += uint64(step)

@@ -3,7 +3,9 @@ package rdmap_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gosiw/gosiw/rdmap"
@@ -109,20 +111,38 @@ func TestAllocMemory(t *testing.T) {
 	}
 }
 
+// TestCQWaitDeadline: Wait on an empty CQ returns the context's error
+// at its deadline (in the bubble's clock: no real time passes).
+func TestCQWaitDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cq, err := newDevice(t).CreateCQ(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := cq.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on an empty CQ: %v", err)
+		}
+		if el := time.Since(start); el != 10*time.Millisecond {
+			t.Fatalf("Wait returned after %v, want the 10ms deadline", el)
+		}
+	})
+}
+
 func TestCQ(t *testing.T) {
 	dev := newDevice(t)
 	if _, err := dev.CreateCQ(0); err == nil {
 		t.Fatal("CQ of 0 accepted")
 	}
+	if _, err := dev.CreateCQ(rdmap.MaxCQE + 1); !errors.Is(err, rdmap.ErrConfig) || !strings.Contains(err.Error(), "CreateCQ") {
+		t.Fatalf("CQ beyond MaxCQE: %v", err)
+	}
 	cq, _ := dev.CreateCQ(8)
 	var wc [4]rdmap.WC
 	if cq.Poll(wc[:]) != 0 || cq.Len() != 0 || cq.Cap() != 8 {
 		t.Fatal("empty CQ")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := cq.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait on an empty CQ: %v", err)
 	}
 	pd := dev.AllocPD()
 	qp, _ := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq})

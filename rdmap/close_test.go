@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -404,22 +406,42 @@ func TestCQOverflowExactlyOnce(t *testing.T) {
 	}
 }
 
+// expectSilence checks, inside a synctest bubble, that the QP facing p
+// sends nothing more for an hour of the bubble's clock. That clock moves
+// only when every goroutine of the bubble (the QP's engines included) is
+// durably blocked, so the hour passes only once the QP has done all it
+// would do: the check is exact, whatever the load of the machine.
+func expectSilence(t *testing.T, p *rdmaptest.RawPeer, what string) {
+	t.Helper()
+	synctest.Wait()
+	ul, err := p.NextFPDU(time.Hour)
+	if err == nil {
+		t.Fatalf("%s: got % x", what, ul)
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s: reading: %v", what, err)
+	}
+}
+
 // TestResponderWaitsForFirstFPDU: a responder sends nothing, not even
 // posted work, before the initiator's first FPDU.
 func TestResponderWaitsForFirstFPDU(t *testing.T) {
-	dev := newDevice(t)
-	v := newVictim(t, dev, rdmap.QPConfig{})
-	mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRWrite, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x200}, Signaled: true}))
-	p := rdmaptest.NewRawPeer(t, v.qp, nil, false)
-	if ul, err := p.NextFPDU(100 * time.Millisecond); err == nil {
-		t.Fatalf("responder sent % x before the initiator's first FPDU", ul)
-	}
-	p.Write(0x300, 0, nil, true) // zero-length Write: accepted unchecked
-	ul, err := p.NextFPDU(5 * time.Second)
-	if err != nil || rdmaptest.Opcode(ul) != wire.OpWrite {
-		t.Fatalf("after the first FPDU: %v % x", err, ul)
-	}
-	expectWC(t, poll(t, v.cq), 1, rdmap.WCWrite, rdmap.WCSuccess)
+	synctest.Test(t, func(t *testing.T) {
+		dev := newDevice(t)
+		v := newVictim(t, dev, rdmap.QPConfig{})
+		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRWrite, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x200}, Signaled: true}))
+		p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{Pipe: true}, false)
+		expectSilence(t, p, "responder sent before the initiator's first FPDU")
+		if st := v.qp.State(); st != rdmap.StateRTS {
+			t.Fatalf("responder in %v while waiting", st)
+		}
+		p.Write(0x300, 0, nil, true) // zero-length Write: accepted unchecked
+		ul, err := p.NextFPDU(5 * time.Second)
+		if err != nil || rdmaptest.Opcode(ul) != wire.OpWrite {
+			t.Fatalf("after the first FPDU: %v % x", err, ul)
+		}
+		expectWC(t, poll(t, v.cq), 1, rdmap.WCWrite, rdmap.WCSuccess)
+	})
 }
 
 // TestP2PRTR checks the RTR the initiator sends first, as siw builds it,
@@ -666,40 +688,73 @@ func TestGracefulDisconnectPeerSilent(t *testing.T) {
 // TestORDCredits: no more Read Requests are outstanding than the ORD; a
 // Read Response returns a credit.
 func TestORDCredits(t *testing.T) {
-	dev := newDevice(t)
-	v := newVictim(t, dev, rdmap.QPConfig{})
-	for i := range 5 {
-		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: uint64(i), Op: rdmap.WRRead, SGL: []rdmap.SGE{v.srcMR.SGE(8*i, 8)}, Remote: rdmap.Remote{STag: 0x700, Offset: uint64(i)}, Signaled: true}))
-	}
-	p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{ORD: 2, IRD: 2}, true)
-	var reqs [][]byte
-	for range 2 {
+	synctest.Test(t, func(t *testing.T) {
+		dev := newDevice(t)
+		v := newVictim(t, dev, rdmap.QPConfig{})
+		for i := range 5 {
+			mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: uint64(i), Op: rdmap.WRRead, SGL: []rdmap.SGE{v.srcMR.SGE(8*i, 8)}, Remote: rdmap.Remote{STag: 0x700, Offset: uint64(i)}, Signaled: true}))
+		}
+		p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{ORD: 2, IRD: 2, Pipe: true}, true)
+		var reqs [][]byte
+		for range 2 {
+			ul, err := p.NextFPDU(5 * time.Second)
+			if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
+				t.Fatalf("read request: %v", err)
+			}
+			reqs = append(reqs, ul)
+		}
+		expectSilence(t, p, "a third Read Request beyond ORD 2")
+		respond := func(ul []byte) {
+			rr, _ := wire.ParseReadRequest(ul[ddp.UntaggedHeaderLen:])
+			h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(1, wire.OpReadResponse), STag: rr.SinkSTag(), TO: rr.SinkTO()})
+			p.SendULPDU(append(h, bytes.Repeat([]byte{byte(rr.SrcTO())}, int(rr.Size()))...))
+		}
+		respond(reqs[0])
 		ul, err := p.NextFPDU(5 * time.Second)
 		if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
-			t.Fatalf("read request: %v", err)
+			t.Fatalf("third read request: %v", err)
 		}
-		reqs = append(reqs, ul)
-	}
-	if ul, err := p.NextFPDU(100 * time.Millisecond); err == nil {
-		t.Fatalf("a third Read Request (% x) beyond ORD 2", ul)
-	}
-	respond := func(ul []byte) {
-		rr, _ := wire.ParseReadRequest(ul[ddp.UntaggedHeaderLen:])
-		h := ddp.AppendTagged(nil, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(1, wire.OpReadResponse), STag: rr.SinkSTag(), TO: rr.SinkTO()})
-		p.SendULPDU(append(h, bytes.Repeat([]byte{byte(rr.SrcTO())}, int(rr.Size()))...))
-	}
-	respond(reqs[0])
-	ul, err := p.NextFPDU(5 * time.Second)
-	if err != nil || rdmaptest.Opcode(ul) != wire.OpReadRequest {
-		t.Fatalf("third read request: %v", err)
-	}
-	if h, _ := ddp.Parse(ul); h.MSN() != 3 {
-		t.Fatalf("third Read Request has MSN %d", h.MSN())
-	}
-	expectWC(t, poll(t, v.cq), 0, rdmap.WCRead, rdmap.WCSuccess)
-	if v.srcMR.Bytes()[0] != 0 {
-		t.Fatal("read data")
-	}
+		if h, _ := ddp.Parse(ul); h.MSN() != 3 {
+			t.Fatalf("third Read Request has MSN %d", h.MSN())
+		}
+		expectWC(t, poll(t, v.cq), 0, rdmap.WCRead, rdmap.WCSuccess)
+		if v.srcMR.Bytes()[0] != 0 {
+			t.Fatal("read data")
+		}
+	})
+}
+
+// TestReadWithORD0: when the handshake settled ORD 0, a posted Read (or
+// atomic) may not be sent: it completes with a local QP operation error
+// and the QP ends with a local catastrophic Terminate (siw: "We negotiated
+// not to send READ req's"), instead of waiting for an ORD credit that
+// never comes. In a synctest bubble, so that a Read left waiting fails
+// the test at once (poll's deadline passes in fake time).
+func TestReadWithORD0(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dev := newDevice(t)
+		v := newVictim(t, dev, rdmap.QPConfig{})
+		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRRead, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x700}, Signaled: true}))
+		mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 2, Op: rdmap.WRWrite, SGL: []rdmap.SGE{v.srcMR.SGE(0, 8)}, Remote: rdmap.Remote{STag: 0x200}, Signaled: true}))
+		p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{ORD: -1, Pipe: true}, true)
+		if got := v.qp.Params().ORD; got != 0 {
+			t.Fatalf("ORD %d, want 0", got)
+		}
+		term, _ := p.ExpectTerminate(time.Minute)
+		if term.Layer != wire.LayerRDMAP || term.EType != wire.ETypeLocalCatastrophic {
+			t.Fatalf("Terminate %v, want RDMAP local catastrophic", &term)
+		}
+		wcs := pollN(t, v.cq, 2)
+		expectWC(t, wcs[0], 1, rdmap.WCRead, rdmap.WCLocQPOpErr)
+		expectWC(t, wcs[1], 2, rdmap.WCWrite, rdmap.WCWRFlushErr)
+		p.ExpectEOF(time.Minute)
+		p.Conn.Close()
+		rdmaptest.WaitDone(t, v.qp, time.Minute)
+		var te *rdmap.TerminateError
+		if err := v.qp.Err(); !errors.As(err, &te) || te.Remote || te.EType != wire.ETypeLocalCatastrophic {
+			t.Fatalf("Err() = %v, want the local catastrophic Terminate", err)
+		}
+	})
 }
 
 // gatedConn holds the QP's reads until open is closed, so a test can let

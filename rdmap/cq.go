@@ -37,37 +37,40 @@ type CQ struct {
 	dev *Device
 
 	mu       sync.Mutex
-	ring     []WC   // +checklocks:mu
-	head, n  int    // +checklocks:mu
-	ovf      []WC   // completions behind the ring, after an overrun; +checklocks:mu
-	ovfHead  int    // next of ovf to poll; +checklocks:mu
-	ovfCap   int    // the bound of ovf, set at the overrun; +checklocks:mu
-	overflow bool   // the CQ has overrun; +checklocks:mu
-	dropped  uint64 // +checklocks:mu
-	users    []*QP  // QPs that complete into this CQ; +checklocks:mu
-	closed   bool   // +checklocks:mu
+	ring     ring[WC] // limit: the CQ's size; +checklocks:mu
+	ovf      []WC     // completions behind the ring, after an overrun; +checklocks:mu
+	ovfHead  int      // next of ovf to poll; +checklocks:mu
+	ovfCap   int      // the bound of ovf, set at the overrun; +checklocks:mu
+	overflow bool     // the CQ has overrun; +checklocks:mu
+	dropped  uint64   // +checklocks:mu
+	users    []*QP    // QPs that complete into this CQ; +checklocks:mu
+	closed   bool     // +checklocks:mu
 	notify   chan struct{}
 }
 
+// MaxCQE is the largest CQ size CreateCQ accepts.
+const MaxCQE = 1 << 24
+
 // CreateCQ returns a completion queue with room for n completions in its
-// ring. A completion that finds the ring full overruns the CQ: see CQ for
-// what follows (the CQ and its QPs fail, no completion is lost).
+// ring (1 <= n <= MaxCQE). A completion that finds the ring full overruns
+// the CQ: see CQ for what follows (the CQ and its QPs fail, no completion
+// is lost).
 func (d *Device) CreateCQ(n int) (*CQ, error) {
-	if n <= 0 {
-		return nil, errConfigf("CreateCQ: %d completions, want at least 1", n)
+	if n <= 0 || n > MaxCQE {
+		return nil, errConfigf("CreateCQ: %d completions, want 1..%d", n, MaxCQE)
 	}
-	return &CQ{dev: d, ring: make([]WC, n), notify: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: newRing[WC](n), notify: make(chan struct{}, 1)}, nil
 }
 
 // Cap returns the capacity of the CQ's ring.
-func (cq *CQ) Cap() int { return len(cq.ring) }
+func (cq *CQ) Cap() int { return cq.ring.limit }
 
 // Len returns the number of completions waiting to be polled, those in
 // the overflow list after an overrun included.
 func (cq *CQ) Len() int {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	return cq.n + len(cq.ovf) - cq.ovfHead
+	return cq.ring.len() + len(cq.ovf) - cq.ovfHead
 }
 
 // Err returns ErrCQOverflow once the CQ has overrun.
@@ -93,13 +96,8 @@ func (cq *CQ) Dropped() uint64 {
 func (cq *CQ) Poll(wcs []WC) int {
 	cq.mu.Lock()
 	k := 0
-	for k < len(wcs) && cq.n > 0 {
-		wcs[k] = cq.ring[cq.head]
-		cq.head++
-		if cq.head == len(cq.ring) {
-			cq.head = 0
-		}
-		cq.n--
+	for k < len(wcs) && !cq.ring.empty() {
+		wcs[k] = *cq.ring.pop()
 		k++
 	}
 	for k < len(wcs) && cq.ovfHead < len(cq.ovf) {
@@ -121,7 +119,7 @@ func (cq *CQ) Poll(wcs []WC) int {
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
-		n, ovf, closed := cq.n+len(cq.ovf)-cq.ovfHead, cq.overflow, cq.closed
+		n, ovf, closed := cq.ring.len()+len(cq.ovf)-cq.ovfHead, cq.overflow, cq.closed
 		cq.mu.Unlock()
 		if n > 0 {
 			// Pass the wake-up on, in case another waiter slept.
@@ -150,7 +148,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // CQ's QPs with overflowed).
 func (cq *CQ) push(wc *WC) bool {
 	cq.mu.Lock()
-	if cq.n == len(cq.ring) || cq.ovfHead < len(cq.ovf) {
+	if cq.ring.full() || cq.ovfHead < len(cq.ovf) {
 		if !cq.overflow {
 			cq.overflow = true
 			cq.ovfCap = cq.overflowBoundLocked()
@@ -164,12 +162,7 @@ func (cq *CQ) push(wc *WC) bool {
 		cq.wake()
 		return false
 	}
-	i := cq.head + cq.n
-	if i >= len(cq.ring) {
-		i -= len(cq.ring)
-	}
-	cq.ring[i] = *wc
-	cq.n++
+	*cq.ring.push() = *wc
 	ok := !cq.overflow
 	cq.mu.Unlock()
 	cq.wake()

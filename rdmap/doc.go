@@ -45,14 +45,16 @@
 // # Engines and concurrency
 //
 // Each started QP runs two goroutines. The send goroutine (tx.go) owns
-// the framer, the SQ cursor and the outgoing Read and Atomic Responses:
-// it cuts messages into DDP segments no larger than the MULPDU (from the
-// connection's TCP_MAXSEG, as siw does), frames each as an FPDU and
-// writes many FPDUs at once. Without CRC32c the payload is a slice of
+// the FPDU writer (mpa.Writer), the SQ cursor and the outgoing Read and
+// Atomic Responses: it takes Responses from the IRQ and work requests
+// from the SQ in order, cuts messages into DDP segments no larger than
+// the MULPDU (from the connection's TCP_MAXSEG, as siw does), and hands
+// the headers and the payload slices to the writer, which frames them as
+// FPDUs and writes many at once. Without CRC32c the payload is a slice of
 // registered memory and a batch is one writev (net.Buffers over reused
-// arrays); with CRC32c the payload is copied into a pooled batch buffer
-// and the CRC computed over the copy, so that it covers exactly the bytes
-// sent even if the memory changes meanwhile (txframe.go). The receive
+// arrays); with CRC32c the writer copies the payload into a pooled batch
+// buffer and computes the CRC over the copy, so that it covers exactly
+// the bytes sent even if the memory changes meanwhile. The receive
 // goroutine (rx.go) owns the reassembly and placement state and reads
 // every FPDU with an mpa.Reader, header first: it checks the DDP and
 // RDMAP headers as soon as they are in (DDP's placement rules in package
@@ -64,8 +66,11 @@
 // QPConfig.BufferedRx the whole FPDU is read and checked before anything
 // is placed. Every error the reader or DDP's rules report becomes its
 // Terminate in one function (term.go, termFor). No data moves through
-// channels; the engines share only the SQ, ORQ and IRQ rings under
-// QP.sqMu. In steady state a work request allocates nothing.
+// channels; the engines share only the SQ, ORQ and IRQ under QP.sqMu.
+// Every queue (SQ, RQ, SRQ, ORQ, IRQ, a CQ's completions) is the same
+// ring (ring.go): a power-of-two array indexed by free-running counters,
+// allocated when the queue is created. In steady state a work request
+// allocates nothing.
 //
 // Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu;
 // QP.sqMu -> a window's MR.mu -> its region's MR.mu -> Memory.mu,

@@ -141,7 +141,7 @@ const (
 //
 // Once started, a QP runs two goroutines. The receive goroutine owns the
 // connection's read side, the deframing and reassembly state and the
-// placement of payload; the send goroutine owns the framer, the SQ cursor
+// placement of payload; the send goroutine owns the FPDU writer, the SQ cursor
 // and the outgoing Read and Atomic Responses. Neither logs per FPDU or
 // per work request; Stats has the counters.
 //
@@ -182,19 +182,19 @@ type QP struct {
 	txDone  chan struct{}
 	done    chan struct{}
 
-	sqMu   sync.Mutex
-	sq     []sqEntry // ring; +checklocks:sqMu
-	sqMask uint64
-	// sqHead is the oldest entry not yet completed, sqNext the next one
-	// the send engine takes, sqTail the next free slot.
-	sqHead, sqNext, sqTail uint64   // +checklocks:sqMu
-	sqMode                 postMode // +checklocks:sqMu
-	inline                 []byte   // MaxInline bytes per SQ slot
-	orq                    []orqEntry
-	orqHead, orqTail       uint64 // outstanding Reads/atomics; +checklocks:sqMu
-	irq                    []irqEntry
-	irqHead, irqTail       uint64 // inbound Read/Atomic Requests; +checklocks:sqMu
-	irqCap, orqCap         int
+	sqMu sync.Mutex
+	// sq holds the posted send work requests: sq.head is the oldest not
+	// yet completed, sqNext the next one the send engine takes, sq.tail
+	// the next free index. Its limit is MaxSendWR.
+	sq     ring[sqEntry] // +checklocks:sqMu
+	sqNext uint64        // +checklocks:sqMu
+	sqMode postMode      // +checklocks:sqMu
+	inline []byte        // MaxInline bytes per SQ slot (sq.slot)
+	// orq holds the outstanding Reads and atomics (limit: the ORD), irq
+	// the inbound Read and Atomic Requests to answer (limit: the IRD);
+	// Start makes both.
+	orq ring[orqEntry] // +checklocks:sqMu
+	irq ring[irqEntry] // +checklocks:sqMu
 
 	rqMu   sync.Mutex
 	rq     rqRing   // +checklocks:rqMu
@@ -276,10 +276,8 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 		done:    make(chan struct{}),
 	}
 	qp.lg = d.lg.With(zap.Uint32("qpn", qp.qpn))
-	n := ringSize(c.MaxSendWR)
-	qp.sq = make([]sqEntry, n)
-	qp.sqMask = uint64(n - 1)
-	qp.inline = make([]byte, n*c.MaxInline)
+	qp.sq = newRing[sqEntry](c.MaxSendWR)
+	qp.inline = make([]byte, len(qp.sq.buf)*c.MaxInline)
 	if c.SRQ == nil {
 		qp.rq = newRQRing(c.MaxRecvWR)
 	}
@@ -303,14 +301,6 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	}
 	d.stats.qps.Add(1)
 	return qp, nil
-}
-
-func ringSize(n int) int {
-	s := 1
-	for s < n {
-		s <<= 1
-	}
-	return s
 }
 
 func (qp *QP) detachAll() {
@@ -421,9 +411,8 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 		}
 	}
 	qp.sqMu.Lock()
-	qp.orqCap, qp.irqCap = orqCap, irqCap
-	qp.orq = make([]orqEntry, max(orqCap, 1))
-	qp.irq = make([]irqEntry, max(irqCap, 1))
+	qp.orq = newRing[orqEntry](orqCap)
+	qp.irq = newRing[irqEntry](irqCap)
 	qp.sqMu.Unlock()
 	qp.p = pc
 	qp.conn = conn
@@ -582,8 +571,8 @@ func (qp *QP) flushAll() {
 	ovf := false
 	qp.sqMu.Lock()
 	qp.sqMode = postFlush
-	for i := qp.sqHead; i < qp.sqTail; i++ {
-		e := &qp.sq[i&qp.sqMask]
+	for i := qp.sq.head; i != qp.sq.tail; i++ {
+		e := qp.sq.at(i)
 		if e.state != sqDone {
 			e.state = sqDone
 			if e.status == WCSuccess {
@@ -591,23 +580,19 @@ func (qp *QP) flushAll() {
 			}
 		}
 	}
-	qp.sqNext = qp.sqTail
-	for i := qp.orqHead; i < qp.orqTail; i++ {
-		o := &qp.orq[i%uint64(len(qp.orq))]
+	qp.sqNext = qp.sq.tail
+	for o := qp.orq.pop(); o != nil; o = qp.orq.pop() {
 		if o.mr != nil {
 			o.mr.release()
 			o.mr = nil
 		}
 	}
-	qp.orqHead = qp.orqTail
-	for i := qp.irqHead; i < qp.irqTail; i++ {
-		r := &qp.irq[i%uint64(len(qp.irq))]
+	for r := qp.irq.pop(); r != nil; r = qp.irq.pop() {
 		if r.mr != nil {
 			r.mr.release()
 			r.mr = nil
 		}
 	}
-	qp.irqHead = qp.irqTail
 	if !qp.sweepLocked() {
 		ovf = true
 	}
@@ -643,8 +628,8 @@ func (qp *QP) flushAll() {
 // in SQ order. It reports false if the send CQ overflowed.
 func (qp *QP) sweepLocked() bool {
 	ok := true
-	for qp.sqHead < qp.sqNext {
-		e := &qp.sq[qp.sqHead&qp.sqMask]
+	for qp.sq.head != qp.sqNext {
+		e := qp.sq.at(qp.sq.head)
 		if e.state != sqDone {
 			break
 		}
@@ -661,9 +646,35 @@ func (qp *QP) sweepLocked() bool {
 			e.sgl[i].MR = nil
 		}
 		e.mem = MemOp{}
-		qp.sqHead++
+		qp.sq.pop()
 	}
 	return ok
+}
+
+// orqFront returns the oldest outstanding Read or atomic, the one the
+// next response must answer, or nil when none is outstanding. Only the
+// receive engine removes ORQ entries (completeORQ), so the entry stays
+// valid for it.
+func (qp *QP) orqFront() *orqEntry {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	return qp.orq.peek()
+}
+
+// irqFull reports whether the IRQ holds as many requests as the IRD
+// allows.
+func (qp *QP) irqFull() bool {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	return qp.irq.full()
+}
+
+// irqPush queues an inbound Read or Atomic Request for the send engine.
+// Only the receive engine pushes, after irqFull reported false.
+func (qp *QP) irqPush(r irqEntry) {
+	qp.sqMu.Lock()
+	*qp.irq.push() = r
+	qp.sqMu.Unlock()
 }
 
 // PostSend posts a send work request. It fails at once for a malformed
@@ -690,12 +701,12 @@ func (qp *QP) PostSend(wr SendWR) error {
 		qp.sqMu.Unlock()
 		return ErrCQOverflow
 	}
-	if qp.sqTail-qp.sqHead >= uint64(qp.cfg.MaxSendWR) {
+	if qp.sq.full() {
 		qp.sqMu.Unlock()
 		return ErrQueueFull
 	}
-	slot := qp.sqTail & qp.sqMask
-	e := &qp.sq[slot]
+	slot := qp.sq.slot(qp.sq.tail)
+	e := qp.sq.push()
 	e.id, e.op = wr.ID, wr.Op
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
@@ -716,7 +727,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 	var total uint64
 	if wr.InlineData != nil {
 		e.inline = true
-		n := copy(qp.inline[int(slot)*qp.cfg.MaxInline:], wr.InlineData)
+		n := copy(qp.inline[slot*qp.cfg.MaxInline:], wr.InlineData)
 		total = uint64(n)
 	} else {
 		for i := range wr.SGL {
@@ -727,10 +738,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	e.length = uint32(total)
 	e.state, e.status = sqPosted, WCSuccess
-	qp.sqTail++
 	if qp.sqMode == postFlush {
 		e.state, e.status = sqDone, WCWRFlushErr
-		qp.sqNext = qp.sqTail
+		qp.sqNext = qp.sq.tail
 		ok := qp.sweepLocked()
 		qp.sqMu.Unlock()
 		if !ok {
@@ -816,7 +826,7 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		qp.rqMu.Unlock()
 		return ErrCQOverflow
 	}
-	if qp.rq.len() >= qp.cfg.MaxRecvWR {
+	if qp.rq.full() {
 		qp.rqMu.Unlock()
 		return ErrQueueFull
 	}

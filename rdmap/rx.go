@@ -719,12 +719,7 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 	if rx.tagged.Active() && rx.taggedOp != wire.OpReadResponse {
 		return rx.intersection()
 	}
-	qp.sqMu.Lock()
-	var o *orqEntry
-	if qp.orqHead != qp.orqTail {
-		o = &qp.orq[qp.orqHead%uint64(len(qp.orq))]
-	}
-	qp.sqMu.Unlock()
+	o := qp.orqFront()
 	if o == nil || o.atomic {
 		// A Read Response with no Read outstanding (siw: DDP, local
 		// catastrophic).
@@ -922,10 +917,7 @@ func (rx *rxEngine) completeRecv() *termInfo {
 func (rx *rxEngine) readRequest() *termInfo {
 	qp := rx.qp
 	rr := wire.ReadRequest(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen : mpa.LengthFieldLen+ddp.UntaggedHeaderLen+wire.ReadRequestLen])
-	qp.sqMu.Lock()
-	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
-	qp.sqMu.Unlock()
-	if full {
+	if qp.irqFull() {
 		// More Read Requests than the IRD (siw: RDMAP, remote operation,
 		// catastrophic error localized to the stream).
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCatastrophicStream, true)
@@ -954,10 +946,7 @@ func (rx *rxEngine) readRequest() *termInfo {
 			return rx.termReadReq(wire.CodeInvalidSTag)
 		}
 	}
-	qp.sqMu.Lock()
-	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{mr: pin, src: src, length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()}
-	qp.irqTail++
-	qp.sqMu.Unlock()
+	qp.irqPush(irqEntry{mr: pin, src: src, length: size, sinkSTag: rr.SinkSTag(), sinkTO: rr.SinkTO()})
 	rx.untagged.Skip(wire.QNReadRequest)
 	qp.ring()
 	return nil
@@ -1006,10 +995,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	qp := rx.qp
 	var a wire.AtomicRequest
 	_ = wire.ParseAtomicRequest(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
-	qp.sqMu.Lock()
-	full := qp.irqTail-qp.irqHead >= uint64(qp.irqCap)
-	qp.sqMu.Unlock()
-	if full {
+	if qp.irqFull() {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCatastrophicStream, true)
 	}
 	if a.Op != wire.AtomicFetchAdd && a.Op != wire.AtomicCmpSwap {
@@ -1046,10 +1032,7 @@ func (rx *rxEngine) atomicRequest() *termInfo {
 	qp.dev.atomicMu.Unlock()
 	rx.leavePlace(mr)
 	mr.release()
-	qp.sqMu.Lock()
-	qp.irq[qp.irqTail%uint64(len(qp.irq))] = irqEntry{atomic: true, reqID: a.ReqID, orig: orig}
-	qp.irqTail++
-	qp.sqMu.Unlock()
+	qp.irqPush(irqEntry{atomic: true, reqID: a.ReqID, orig: orig})
 	rx.untagged.Skip(wire.QNAtomic)
 	qp.ring()
 	return nil
@@ -1079,12 +1062,7 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	qp := rx.qp
 	var a wire.AtomicResponse
 	_ = wire.ParseAtomicResponse(rx.cur.hdr[mpa.LengthFieldLen+ddp.UntaggedHeaderLen:], &a)
-	qp.sqMu.Lock()
-	var o *orqEntry
-	if qp.orqHead != qp.orqTail {
-		o = &qp.orq[qp.orqHead%uint64(len(qp.orq))]
-	}
-	qp.sqMu.Unlock()
+	o := qp.orqFront()
 	if o == nil || !o.atomic || o.reqID != a.ReqID {
 		return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeUnexpectedOpcode, true)
 	}
@@ -1104,15 +1082,14 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 // completeORQ completes the Read or atomic at the head of the ORQ.
 func (qp *QP) completeORQ() {
 	qp.sqMu.Lock()
-	o := &qp.orq[qp.orqHead%uint64(len(qp.orq))]
+	o := qp.orq.pop()
 	if !o.hidden {
-		qp.sq[o.sqIdx&qp.sqMask].state = sqDone
+		qp.sq.at(o.sqIdx).state = sqDone
 	}
 	if o.mr != nil {
 		o.mr.release()
 	}
 	*o = orqEntry{}
-	qp.orqHead++
 	ok := qp.sweepLocked()
 	qp.sqMu.Unlock()
 	if !ok {
@@ -1128,7 +1105,7 @@ func (qp *QP) setWRStatus(o *orqEntry, st WCStatus) {
 		return
 	}
 	qp.sqMu.Lock()
-	qp.sq[o.sqIdx&qp.sqMask].status = st
+	qp.sq.at(o.sqIdx).status = st
 	qp.sqMu.Unlock()
 }
 
@@ -1137,10 +1114,10 @@ func (qp *QP) setWRStatus(o *orqEntry, st WCStatus) {
 func (qp *QP) failRequest(atomic bool, msn uint32, st WCStatus) {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	for i := qp.orqHead; i < qp.orqTail; i++ {
-		o := &qp.orq[i%uint64(len(qp.orq))]
+	for i := qp.orq.head; i != qp.orq.tail; i++ {
+		o := qp.orq.at(i)
 		if !o.hidden && o.atomic == atomic && o.msn == msn {
-			qp.sq[o.sqIdx&qp.sqMask].status = st
+			qp.sq.at(o.sqIdx).status = st
 			return
 		}
 	}

@@ -16,7 +16,6 @@ type SRQConfig struct {
 // use.
 type SRQ struct {
 	pd     *PD
-	maxWR  int
 	maxSGE int
 
 	mu     sync.Mutex
@@ -43,7 +42,7 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 	if c.MaxSGE < 0 || c.MaxSGE > MaxSGE {
 		return nil, errConfigf("SRQConfig.MaxSGE %d outside 0..%d", c.MaxSGE, MaxSGE)
 	}
-	return &SRQ{pd: pd, maxWR: c.MaxWR, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
+	return &SRQ{pd: pd, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
 }
 
 // PostRecv posts a receive work request to the SRQ. An SGL longer in
@@ -60,7 +59,7 @@ func (s *SRQ) PostRecv(wr RecvWR) error {
 	if s.closed {
 		return ErrClosed
 	}
-	if s.rq.len() >= s.maxWR {
+	if s.rq.full() {
 		return ErrQueueFull
 	}
 	s.rq.post(wr)
@@ -106,6 +105,6 @@ func (s *SRQ) Close() error {
 		return ErrBusy
 	}
 	s.closed = true
-	s.rq.clear()
+	s.rq.drop()
 	return nil
 }

@@ -22,8 +22,9 @@ import (
 //	        Fence and ORD credits stall the SQ, never the IRQ
 //	                       │
 //	        emit: messages cut into DDP segments of at most MULPDU, each an
-//	        FPDU in the framer's batch (headers in scratch, payload from MRs;
-//	        with CRC everything copied into one batch buffer, CRC over the copy)
+//	        FPDU in the mpa.Writer's batch (headers in scratch, payload from
+//	        MRs; with CRC everything copied into one batch buffer, CRC over
+//	        the copy)
 //	                       │
 //	        flush: one writev (or write) per batch; then the batch's Sends, Writes and
 //	        Local Invalidates complete, in SQ order (Reads and atomics
@@ -33,7 +34,20 @@ import (
 // SQ has work waiting.
 const irqMaxBurst = 4
 
-var scratchPool = bufpool.New(scratchSize)
+// maxCtrlHdr is the longest DDP+RDMAP header an FPDU starts with
+// (untagged header and an Atomic Request), or a Terminate body.
+const maxCtrlHdr = 18 + 64
+
+// The send engine's buffers (rdmap/internal/bufpool): the FPDU writer's
+// scratch arena, taken when a QP starts and given back when it ends, and
+// its batch buffers with CRC, which the writer takes when a batch gets
+// its first byte and gives back when the batch is written (or the QP
+// ends), so the buffers in use are bounded by the batches being written
+// at once and an idle QP holds none.
+var (
+	scratchPool = bufpool.New(mpa.WriterScratchLen)
+	sendBufPool = bufpool.New(mpa.WriterBufLen)
+)
 
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
 // engine appends, the receive engine matches responses at the head.
@@ -63,46 +77,53 @@ type irqEntry struct {
 	orig     uint64
 }
 
+// jobKind is what the send engine is transmitting.
 type jobKind uint8
 
 const (
-	jobNone jobKind = iota
-	jobSQ
-	jobIRQ
-	jobRTR
+	jobNone jobKind = iota // nothing: txPick takes the next job
+	jobSQ                  // the work request txEngine.wr
+	jobIRQ                 // the Read or Atomic Response txEngine.resp
+	jobRTR                 // the P2P ready-to-receive message
 )
 
 // txEngine is the send engine's state, owned by the send goroutine.
 type txEngine struct {
-	qp      *QP
-	fr      framer
-	scratch *[]byte
-	ulpdu   int
+	qp *QP
+
+	// Framing: FPDUs go into w's batch; headers are built in hdr.
+	w       mpa.Writer
+	scratch *[]byte // w's scratch arena, from scratchPool
+	hdr     [maxCtrlHdr]byte
+	ulpdu   int       // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
 	msn     [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
 	reqID   uint32    // last Atomic Request ID used
-	hdr     [maxCtrlHdr]byte
 
-	curReqID uint32 // the Request ID of the atomic being sent
+	// The job being transmitted (txPick starts it, txEmit continues it
+	// across batches).
+	job         jobKind
+	wr          *sqEntry // jobSQ: its SQ slot
+	wrIdx       uint64   // jobSQ: its SQ index
+	atomicReqID uint32   // jobSQ, an atomic: the Request ID it carries
+	immNext     bool     // jobSQ, WRWriteImm or WRImmData: the Immediate Data is next (the Write, if any, is queued)
+	resp        irqEntry // jobIRQ: the response, copied from the IRQ head
+	msgOff      uint32   // bytes of the current message queued
+	sge         int      // the SGE the payload continues in
+	sgeOff      uint32   // bytes of that SGE queued
+	jobRefs     [MaxSGE]*MR
+	njobRefs    int // references the current work request holds (jobRefs[:njobRefs])
+	irqBurst    int // responses started in a row while the SQ had work
 
-	job      jobKind
-	e        *sqEntry
-	idx      uint64
-	off      uint32 // bytes of the current message sent
-	sge      int
-	sgeOff   uint32
-	phase    uint8 // WRWriteImm: 0 the Write, 1 the Immediate Data
-	r        irqEntry
-	irqBurst int
+	// Completion: work requests before queuedUpTo are wholly in the
+	// writer's batches; those from completedUpTo on are marked done
+	// (sqDone) once the batch holding them is written.
+	queuedUpTo, completedUpTo uint64
+	releases                  []*MR // references to drop once the batch is written
 
-	// Work requests before doneUpTo have been handed to the framer;
-	// those from marked on complete after the next flush.
-	doneUpTo, marked uint64
-	releases         []*MR // references to drop after the flush
-	jrefs            [MaxSGE]*MR
-	njrefs           int // references the current work request holds
-	closeTimer       *time.Timer
-	halfClose        bool  // the connection has CloseWrite
-	err              error // the send direction's first fatal error (sticky)
+	// Shutdown.
+	closeTimer *time.Timer
+	halfClose  bool  // the connection has CloseWrite
+	err        error // the send direction's first fatal error (sticky)
 }
 
 func (t *txEngine) init(qp *QP, ulpdu int) {
@@ -110,31 +131,37 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.ulpdu = ulpdu
 	t.msn = [4]uint32{1, 1, 1, 1}
 	t.scratch = scratchPool.Get()
-	t.fr.init(*t.scratch, qp.p.CRC, qp.p.MarkersTx)
-	t.releases = make([]*MR, 0, 2*maxBatchIOV)
+	t.w.Init(mpa.WriterConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersTx, MaxHeader: maxCtrlHdr,
+		Scratch: *t.scratch, Buffers: sendBufPool})
+	t.releases = make([]*MR, 0, 2*mpa.WriterMaxIOV)
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 }
 
 func (t *txEngine) release() {
-	t.fr.dropBuf()
+	t.w.Release()
 	if t.scratch != nil {
-		t.fr.scratch = nil
-		clear(t.fr.iov)
 		scratchPool.Put(t.scratch)
 		t.scratch = nil
 	}
-	for _, mr := range t.releases {
-		mr.release()
-	}
-	t.releases = t.releases[:0]
+	t.dropReleases()
 	t.dropJobRefs()
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
-	t.r = irqEntry{}
-	t.e = nil
+	t.resp = irqEntry{}
+	t.wr = nil
 	if t.closeTimer != nil {
 		t.closeTimer.Stop()
 	}
+}
+
+// dropReleases drops the references of the jobs queued in the batch
+// (after its write, or when the QP ends).
+func (t *txEngine) dropReleases() {
+	for i, mr := range t.releases {
+		mr.release()
+		t.releases[i] = nil
+	}
+	t.releases = t.releases[:0]
 }
 
 // txLoop is the send goroutine.
@@ -258,13 +285,13 @@ func (qp *QP) txIdle() bool {
 	}
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.sqNext == qp.sqTail && qp.irqHead == qp.irqTail
+	return qp.sqNext == qp.sq.tail && qp.irq.empty()
 }
 
 func (qp *QP) orqEmpty() bool {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.orqHead == qp.orqTail
+	return qp.orq.empty()
 }
 
 // txShutdown ends the send direction: FIN when the connection supports
@@ -298,17 +325,12 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 		layout = wire.LayoutSiw
 	}
 	msg := ti.message(layout)
-	h := ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-		Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpTerminate),
-		QN: wire.QNTerminate, MSN: t.msn[wire.QNTerminate], MO: 0,
+	t.w.Reset()
+	t.emitControl(func(h []byte) []byte {
+		return wire.AppendTerminate(t.untagged(h, wire.OpTerminate, wire.QNTerminate), &msg)
 	})
-	t.msn[wire.QNTerminate]++
-	h = wire.AppendTerminate(h, &msg)
-	t.fr.reset()
-	t.fr.begin(h, len(h))
-	t.fr.end()
 	_ = conn.SetWriteDeadline(time.Now().Add(termWriteTimeout))
-	n, err := t.fr.flush(conn)
+	n, err := t.w.Flush(conn)
 	qp.stats.txBytes.Add(uint64(n))
 	if err != nil {
 		qp.lg.Info("terminate not sent", zap.Error(err))
@@ -324,7 +346,7 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 // happened (FPDUs sent or work requests completed).
 func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	t := &qp.tx
-	t.fr.reset()
+	t.w.Reset()
 	for !qp.broken.Load() {
 		if t.job == jobNone && !qp.txPick() {
 			break
@@ -333,35 +355,31 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			break
 		}
 	}
-	sent := !t.fr.empty()
+	sent := !t.w.Empty()
 	var err error
 	if sent {
-		fpdus := t.fr.fpdus
+		fpdus := t.w.FPDUs()
 		var n int
-		n, err = t.fr.flush(conn)
+		n, err = t.w.Flush(conn)
 		qp.stats.txBytes.Add(uint64(n))
 		qp.stats.txWritevs.Add(1)
 		if err == nil {
 			qp.stats.txFPDUs.Add(uint64(fpdus))
 		}
 	}
-	for i, mr := range t.releases {
-		mr.release()
-		t.releases[i] = nil
-	}
-	t.releases = t.releases[:0]
+	t.dropReleases()
 	if err != nil {
 		return sent, err
 	}
-	done := t.marked != t.doneUpTo
+	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
-		for i := t.marked; i < t.doneUpTo; i++ {
-			if e := &qp.sq[i&qp.sqMask]; e.state == sqActive {
+		for i := t.completedUpTo; i < t.queuedUpTo; i++ {
+			if e := qp.sq.at(i); e.state == sqActive {
 				e.state = sqDone
 			}
 		}
-		t.marked = t.doneUpTo
+		t.completedUpTo = t.queuedUpTo
 		ok := qp.sweepLocked()
 		qp.sqMu.Unlock()
 		if !ok {
@@ -371,29 +389,23 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	return sent || done, nil
 }
 
+// awaitsResponse reports whether a work request of op completes when
+// the peer's response arrives (it takes an ORQ slot and an ORD credit).
+func awaitsResponse(op WROpcode) bool {
+	return op == WRRead || op == WRFetchAdd || op == WRCmpSwap
+}
+
 // txPick takes the next job: a response from the IRQ or a work request
 // from the SQ. It reports false when there is nothing runnable.
 func (qp *QP) txPick() bool {
 	t := &qp.tx
 	qp.sqMu.Lock()
-	irqReady := qp.irqHead != qp.irqTail
-	var e *sqEntry
-	sqRunnable := false
-	if qp.sqNext != qp.sqTail {
-		e = &qp.sq[qp.sqNext&qp.sqMask]
-		sqRunnable = true
-		if e.fence && qp.orqHead != qp.orqTail {
-			sqRunnable = false
-		}
-		if (e.op == WRRead || e.op == WRFetchAdd || e.op == WRCmpSwap) && qp.orqTail-qp.orqHead >= uint64(qp.orqCap) {
-			sqRunnable = false
-		}
-	}
-	if irqReady && (!sqRunnable || t.irqBurst < irqMaxBurst) {
+	e, sqRunnable := qp.sqRunnableLocked()
+	if r := qp.irq.peek(); r != nil && (!sqRunnable || t.irqBurst < irqMaxBurst) {
 		t.irqBurst++
-		t.r = qp.irq[qp.irqHead%uint64(len(qp.irq))]
+		t.resp = *r
 		qp.sqMu.Unlock()
-		t.job, t.off = jobIRQ, 0
+		t.job, t.msgOff = jobIRQ, 0
 		return true
 	}
 	t.irqBurst = 0
@@ -403,57 +415,97 @@ func (qp *QP) txPick() bool {
 	}
 	idx := qp.sqNext
 	qp.sqNext++
-	status := qp.txCheckLocked(e)
-	if status == WCSuccess {
-		e.state = sqActive
-		if e.op == WRRead || e.op == WRFetchAdd || e.op == WRCmpSwap {
-			if qp.orqCap == 0 {
-				status = WCLocQPOpErr // the handshake settled ORD 0
-			} else {
-				e.state = sqAwaiting
-				if e.sgl[0].MR.acquire() {
-					o := &qp.orq[qp.orqTail%uint64(len(qp.orq))]
-					*o = orqEntry{atomic: e.op != WRRead, sqIdx: idx, mr: e.sgl[0].MR, off: e.sgl[0].Offset,
-						sinkSTag: e.sgl[0].MR.STag(), length: e.sgl[0].Length, msn: t.msn[wire.QNReadRequest]}
-					if o.atomic {
-						o.msn = t.msn[wire.QNAtomic]
-						t.reqID++
-						o.reqID = t.reqID
-						t.curReqID = t.reqID
-					}
-					qp.orqTail++
-				} else {
-					status = WCLocProtErr
-				}
-			}
-		} else if !e.inline && e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW {
-			// Hold the source memory until the request is written.
-			for i := range e.nsge {
-				if !e.sgl[i].MR.acquire() {
-					status = WCLocProtErr
-					break
-				}
-				t.jrefs[t.njrefs] = e.sgl[i].MR
-				t.njrefs++
-			}
-		}
-	}
-	if status != WCSuccess {
+	if status := qp.txStartLocked(e, idx); status != WCSuccess {
 		e.state, e.status = sqDone, status
 		qp.sqMu.Unlock()
-		t.dropJobRefs()
-		t.doneUpTo = idx + 1
-		ti := localCatastrophic(&localWRError{op: e.op, status: status})
-		qp.fail(ti.err(), ti)
+		qp.txAbandon(e, idx, status)
 		return false
 	}
 	qp.sqMu.Unlock()
-	t.job, t.e, t.idx = jobSQ, e, idx
-	t.off, t.sge, t.sgeOff, t.phase = 0, 0, 0, 0
-	if e.op == WRImmData {
-		t.phase = 1
-	}
+	t.job, t.wr, t.wrIdx = jobSQ, e, idx
+	t.msgOff, t.sge, t.sgeOff = 0, 0, 0
+	t.immNext = e.op == WRImmData
 	return true
+}
+
+// sqRunnableLocked returns the SQ entry the engine takes next, and
+// whether it may start now: a Fence waits for the ORQ to drain, a Read or
+// atomic for an ORD credit (unless the ORD is 0: then txAddORQLocked
+// fails it).
+func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
+	if qp.sqNext == qp.sq.tail {
+		return nil, false
+	}
+	e := qp.sq.at(qp.sqNext)
+	if e.fence && !qp.orq.empty() {
+		return e, false
+	}
+	if awaitsResponse(e.op) && qp.orq.limit > 0 && qp.orq.full() {
+		return e, false
+	}
+	return e, true
+}
+
+// txStartLocked starts work request e (SQ index idx), in SQ order: it
+// checks the local memory (executing a Local Invalidate), gives a Read or
+// atomic its ORQ entry, and takes references to the source memory the
+// request is sent from. It returns the completion status when the
+// request cannot be sent.
+func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
+	if status := qp.txCheckLocked(e); status != WCSuccess {
+		return status
+	}
+	e.state = sqActive
+	switch {
+	case awaitsResponse(e.op):
+		return qp.txAddORQLocked(e, idx)
+	case !e.inline && e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW:
+		// Hold the source memory until the request is written.
+		t := &qp.tx
+		for i := range e.nsge {
+			if !e.sgl[i].MR.acquire() {
+				return WCLocProtErr
+			}
+			t.jobRefs[t.njobRefs] = e.sgl[i].MR
+			t.njobRefs++
+		}
+	}
+	return WCSuccess
+}
+
+// txAddORQLocked appends the ORQ entry of a Read or atomic, which holds
+// a reference to its sink memory until the response is placed.
+func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
+	if qp.orq.limit == 0 {
+		return WCLocQPOpErr // the handshake settled ORD 0
+	}
+	e.state = sqAwaiting
+	sink := e.sgl[0]
+	if !sink.MR.acquire() {
+		return WCLocProtErr
+	}
+	t := &qp.tx
+	o := qp.orq.push()
+	*o = orqEntry{atomic: e.op != WRRead, sqIdx: idx, mr: sink.MR, off: sink.Offset,
+		sinkSTag: sink.MR.STag(), length: sink.Length, msn: t.msn[wire.QNReadRequest]}
+	if o.atomic {
+		o.msn = t.msn[wire.QNAtomic]
+		t.reqID++
+		o.reqID = t.reqID
+		t.atomicReqID = t.reqID
+	}
+	return WCSuccess
+}
+
+// txAbandon ends work request e (SQ index idx), which could not be sent
+// (its status is set): it completes with the QP's failure, which the
+// peer learns from a local catastrophic Terminate.
+func (qp *QP) txAbandon(e *sqEntry, idx uint64, status WCStatus) {
+	t := &qp.tx
+	t.dropJobRefs()
+	t.queuedUpTo = idx + 1
+	ti := localCatastrophic(&localWRError{op: e.op, status: status})
+	qp.fail(ti.err(), ti)
 }
 
 // localWRError is the cause of a QP failure on a work request the send
@@ -490,7 +542,7 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 		return WCSuccess
 	}
 	perm := Access(0)
-	if e.op == WRRead || e.op == WRFetchAdd || e.op == WRCmpSwap {
+	if awaitsResponse(e.op) {
 		perm = AccessLocalWrite
 	}
 	for i := range e.nsge {
@@ -503,7 +555,8 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 }
 
 // txEmit queues FPDUs of the current job until it is done (true) or the
-// batch is full (false).
+// batch is full (false). A work request's FPDUs follow from its opcode,
+// one case each.
 func (qp *QP) txEmit() bool {
 	t := &qp.tx
 	switch t.job {
@@ -512,95 +565,112 @@ func (qp *QP) txEmit() bool {
 	case jobIRQ:
 		return qp.txEmitResponse()
 	}
-	e := t.e
+	e := t.wr
 	switch e.op {
-	case WRLocalInv, WRRegMR, WRBindMW:
+	case WRLocalInv, WRRegMR, WRBindMW: // executed by txCheckLocked; nothing to send
 	case WRSend, WRSendInv:
-		op := wire.OpSend
-		switch {
-		case e.op == WRSendInv && e.solicited:
-			op = wire.OpSendSEInv
-		case e.op == WRSendInv:
-			op = wire.OpSendInv
-		case e.solicited:
-			op = wire.OpSendSE
-		}
-		if !qp.txEmitData(e, op) {
+		if !qp.txEmitData(e, sendOpcode(e)) {
 			return false
 		}
 	case WRWrite, WRWriteImm, WRImmData:
-		if t.phase == 0 {
+		if !t.immNext {
 			if !qp.txEmitData(e, wire.OpWrite) {
 				return false
 			}
 			if e.op == WRWrite {
 				break
 			}
-			t.phase = 1
+			t.immNext = true
 		}
 		op := wire.OpImmData
 		if e.solicited {
 			op = wire.OpImmDataSE
 		}
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.emitControl(func(h []byte) []byte {
+			return binary.BigEndian.AppendUint64(t.untagged(h, op, wire.QNSend), e.imm)
+		}) {
 			return false
 		}
-		h := t.untagged(op, wire.QNSend, 0, 0)
-		h = binary.BigEndian.AppendUint64(h, e.imm)
-		t.fr.begin(h, len(h))
-		t.fr.end()
 	case WRRead:
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.emitControl(func(h []byte) []byte {
+			return wire.AppendReadRequest(t.untagged(h, wire.OpReadRequest, wire.QNReadRequest), &wire.ReadRequestFields{
+				SinkSTag: e.sgl[0].MR.STag(), SinkTO: e.sgl[0].Offset, Size: e.length,
+				SrcSTag: e.remote.STag, SrcTO: e.remote.Offset,
+			})
+		}) {
 			return false
 		}
-		h := t.untagged(wire.OpReadRequest, wire.QNReadRequest, 0, 0)
-		h = wire.AppendReadRequest(h, &wire.ReadRequestFields{
-			SinkSTag: e.sgl[0].MR.STag(), SinkTO: e.sgl[0].Offset, Size: e.length,
-			SrcSTag: e.remote.STag, SrcTO: e.remote.Offset,
-		})
-		t.fr.begin(h, len(h))
-		t.fr.end()
 	case WRFetchAdd, WRCmpSwap:
-		if !t.fr.room(maxCtrlHdr, 0) {
-			return false
-		}
-		reqID := t.curReqID
-		a := wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: reqID, STag: e.remote.STag, TO: e.remote.Offset,
+		a := wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: t.atomicReqID, STag: e.remote.STag, TO: e.remote.Offset,
 			AddSwap: e.cmpAdd, AddSwapMask: e.addMask}
 		if e.op == WRCmpSwap {
-			a = wire.AtomicRequest{Op: wire.AtomicCmpSwap, ReqID: reqID, STag: e.remote.STag, TO: e.remote.Offset,
+			a = wire.AtomicRequest{Op: wire.AtomicCmpSwap, ReqID: t.atomicReqID, STag: e.remote.STag, TO: e.remote.Offset,
 				AddSwap: e.swap, AddSwapMask: e.swapMask, Compare: e.cmpAdd, CompareMask: e.cmpMask}
 		}
-		h := t.untagged(wire.OpAtomicRequest, wire.QNAtomic, 0, 0)
-		h = wire.AppendAtomicRequest(h, &a)
-		t.fr.begin(h, len(h))
-		t.fr.end()
+		if !t.emitControl(func(h []byte) []byte {
+			return wire.AppendAtomicRequest(t.untagged(h, wire.OpAtomicRequest, wire.QNAtomic), &a)
+		}) {
+			return false
+		}
 	}
-	t.doneUpTo = t.idx + 1
-	t.job, t.e = jobNone, nil
-	for i := range t.njrefs {
-		t.releases = append(t.releases, t.jrefs[i])
-		t.jrefs[i] = nil
-	}
-	t.njrefs = 0
+	t.finishWR()
 	return true
+}
+
+// sendOpcode is the RDMAP opcode of a Send work request.
+func sendOpcode(e *sqEntry) wire.Opcode {
+	switch {
+	case e.op == WRSendInv && e.solicited:
+		return wire.OpSendSEInv
+	case e.op == WRSendInv:
+		return wire.OpSendInv
+	case e.solicited:
+		return wire.OpSendSE
+	}
+	return wire.OpSend
+}
+
+// finishWR ends the current work request: it is wholly queued, and its
+// memory references drop once the batch is written.
+func (t *txEngine) finishWR() {
+	t.queuedUpTo = t.wrIdx + 1
+	t.job, t.wr = jobNone, nil
+	for i := range t.njobRefs {
+		t.releases = append(t.releases, t.jobRefs[i])
+		t.jobRefs[i] = nil
+	}
+	t.njobRefs = 0
 }
 
 // dropJobRefs releases the memory references of an abandoned job.
 func (t *txEngine) dropJobRefs() {
-	for i := range t.njrefs {
-		t.jrefs[i].release()
-		t.jrefs[i] = nil
+	for i := range t.njobRefs {
+		t.jobRefs[i].release()
+		t.jobRefs[i] = nil
 	}
-	t.njrefs = 0
+	t.njobRefs = 0
 }
 
-// untagged builds an untagged DDP header (L set) with the RDMAP control
-// byte of op, taking the next MSN of qn (the caller emits one message).
-func (t *txEngine) untagged(op wire.Opcode, qn uint32, mo uint32, inv STag) []byte {
-	h := ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-		Last: true, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(inv),
-		QN: qn, MSN: t.msn[qn], MO: mo,
+// emitControl queues a control message: one FPDU whose ULPDU (at most
+// maxCtrlHdr bytes, no payload) build appends to the header buffer it is
+// given. It reports false when the batch has no room; build is then not
+// called, so it takes no MSN.
+func (t *txEngine) emitControl(build func(h []byte) []byte) bool {
+	if !t.w.Room(maxCtrlHdr, 0) {
+		return false
+	}
+	h := build(t.hdr[:0])
+	t.w.Begin(h, len(h))
+	t.w.End()
+	return true
+}
+
+// untagged appends an untagged DDP header (L set, MO 0) with the RDMAP
+// control byte of op, taking the next MSN of qn (the caller emits a
+// one-segment message).
+func (t *txEngine) untagged(h []byte, op wire.Opcode, qn uint32) []byte {
+	h = ddp.AppendUntagged(h, &ddp.UntaggedFields{
+		Last: true, RsvdULP: wire.ControlByte(wire.Version1, op), QN: qn, MSN: t.msn[qn],
 	})
 	t.msn[qn]++
 	return h
@@ -619,35 +689,35 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	maxPay := t.ulpdu - hlen
 	pieces := int(e.nsge) + 1
 	for {
-		n, last := ddp.NextSegment(int(t.off), int(e.length), maxPay)
-		if !t.fr.room(hlen+n, pieces) {
+		n, last := ddp.NextSegment(int(t.msgOff), int(e.length), maxPay)
+		if !t.w.Room(hlen+n, pieces) {
 			return false
 		}
 		var h []byte
 		if tagged {
 			h = ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
-				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), STag: e.remote.STag, TO: e.remote.Offset + uint64(t.off),
+				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff),
 			})
 		} else {
 			h = ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
 				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(e.invSTag),
-				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.off,
+				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff,
 			})
 		}
-		t.fr.begin(h, hlen+n)
+		t.w.Begin(h, hlen+n)
 		if e.inline {
-			s := int(t.idx&qp.sqMask) * qp.cfg.MaxInline
-			t.fr.payload(qp.inline[s+int(t.off) : s+int(t.off)+n])
+			s := qp.sq.slot(t.wrIdx) * qp.cfg.MaxInline
+			t.w.Payload(qp.inline[s+int(t.msgOff) : s+int(t.msgOff)+n])
 		} else {
 			t.gather(e, n)
 		}
-		t.fr.end()
-		t.off += uint32(n)
+		t.w.End()
+		t.msgOff += uint32(n)
 		if last {
 			if !tagged {
 				t.msn[wire.QNSend]++
 			}
-			t.off = 0
+			t.msgOff = 0
 			return true
 		}
 	}
@@ -665,7 +735,7 @@ func (t *txEngine) gather(e *sqEntry, n int) {
 		}
 		k := min(avail, n)
 		start := s.Offset + uint64(t.sgeOff)
-		t.fr.payload(s.MR.localBytes(start, uint64(k)))
+		t.w.Payload(s.MR.localBytes(start, uint64(k)))
 		t.sgeOff += uint32(k)
 		n -= k
 	}
@@ -677,31 +747,30 @@ func (t *txEngine) gather(e *sqEntry, n int) {
 // finds the IRD credit back.
 func (qp *QP) txEmitResponse() bool {
 	t := &qp.tx
-	r := &t.r
+	r := &t.resp
 	if r.atomic {
-		if !t.fr.room(maxCtrlHdr, 0) {
+		if !t.emitControl(func(h []byte) []byte {
+			h = t.untagged(h, wire.OpAtomicResponse, wire.QNAtomic)
+			return wire.AppendAtomicResponse(h, &wire.AtomicResponse{ReqID: r.reqID, OriginalValue: r.orig})
+		}) {
 			return false
 		}
-		h := t.untagged(wire.OpAtomicResponse, wire.QNAtomic, 0, 0)
-		h = wire.AppendAtomicResponse(h, &wire.AtomicResponse{ReqID: r.reqID, OriginalValue: r.orig})
-		t.fr.begin(h, len(h))
-		t.fr.end()
 	} else {
 		maxPay := t.ulpdu - ddp.TaggedHeaderLen
 		for {
-			n, last := ddp.NextSegment(int(t.off), int(r.length), maxPay)
-			if !t.fr.room(ddp.TaggedHeaderLen+n, 1) {
+			n, last := ddp.NextSegment(int(t.msgOff), int(r.length), maxPay)
+			if !t.w.Room(ddp.TaggedHeaderLen+n, 1) {
 				return false
 			}
 			h := ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
-				Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: r.sinkSTag, TO: r.sinkTO + uint64(t.off),
+				Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpReadResponse), STag: r.sinkSTag, TO: r.sinkTO + uint64(t.msgOff),
 			})
-			t.fr.begin(h, ddp.TaggedHeaderLen+n)
+			t.w.Begin(h, ddp.TaggedHeaderLen+n)
 			if n > 0 {
-				t.fr.payload(r.src[t.off : t.off+uint32(n)])
+				t.w.Payload(r.src[t.msgOff : t.msgOff+uint32(n)])
 			}
-			t.fr.end()
-			t.off += uint32(n)
+			t.w.End()
+			t.msgOff += uint32(n)
 			if last {
 				break
 			}
@@ -711,11 +780,10 @@ func (qp *QP) txEmitResponse() bool {
 		}
 	}
 	qp.sqMu.Lock()
-	qp.irq[qp.irqHead%uint64(len(qp.irq))] = irqEntry{}
-	qp.irqHead++
+	*qp.irq.pop() = irqEntry{}
 	qp.sqMu.Unlock()
-	t.r = irqEntry{}
-	t.job, t.off = jobNone, 0
+	t.resp = irqEntry{}
+	t.job, t.msgOff = jobNone, 0
 	return true
 }
 
@@ -726,25 +794,23 @@ func (qp *QP) txEmitResponse() bool {
 // an untagged RTR takes MSN 1 of its queue.
 func (qp *QP) txEmitRTR() bool {
 	t := &qp.tx
-	if !t.fr.room(maxCtrlHdr, 0) {
+	if !t.emitControl(func(h []byte) []byte {
+		rtr := qp.p.RTR
+		switch rtr {
+		case mpa.RTRWrite:
+		case mpa.RTRRead:
+			qp.sqMu.Lock()
+			*qp.orq.push() = orqEntry{hidden: true}
+			qp.sqMu.Unlock()
+			t.msn[wire.QNReadRequest]++
+		default: // a Send, as for any value Start let through
+			rtr = mpa.RTRSend
+			t.msn[wire.QNSend]++
+		}
+		return wire.AppendRTR(h, rtr)
+	}) {
 		return false
 	}
-	rtr := qp.p.RTR
-	switch rtr {
-	case mpa.RTRWrite:
-	case mpa.RTRRead:
-		qp.sqMu.Lock()
-		qp.orq[qp.orqTail%uint64(len(qp.orq))] = orqEntry{hidden: true}
-		qp.orqTail++
-		qp.sqMu.Unlock()
-		t.msn[wire.QNReadRequest]++
-	default: // a Send, as for any value Start let through
-		rtr = mpa.RTRSend
-		t.msn[wire.QNSend]++
-	}
-	h := wire.AppendRTR(t.hdr[:0], rtr)
-	t.fr.begin(h, len(h))
-	t.fr.end()
 	t.job = jobNone
 	return true
 }

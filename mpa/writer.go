@@ -1,0 +1,322 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+)
+
+// Limits of one Writer batch. A batch is written with one system call:
+// its iovecs stay under Linux's IOV_MAX (1024).
+const (
+	// WriterMaxIOV bounds the iovecs of a batch without CRC.
+	WriterMaxIOV = 1000
+	// WriterMaxBytes is the size past which a batch takes no more FPDUs
+	// (the FPDU that crosses it is the batch's last).
+	WriterMaxBytes = 512 << 10
+	// WriterBufLen is the least size of a batch buffer with CRC: a batch
+	// of WriterMaxBytes plus the FPDU that crosses it, at most one ULPDU
+	// (under 64 KiB) with its framing and markers.
+	WriterBufLen = WriterMaxBytes + 80<<10
+	// WriterScratchLen is the size of the scratch arena a Writer
+	// allocates when WriterConfig.Scratch is empty.
+	WriterScratchLen = 64 << 10
+	// defaultMaxHeader is WriterConfig.MaxHeader when it is zero.
+	defaultMaxHeader = 128
+)
+
+// BufferPool lends a Writer with CRC its batch buffers. Get returns a
+// buffer of at least WriterBufLen bytes (its contents do not matter);
+// Put takes back a buffer Get returned, once the Writer no longer
+// refers to it. A pool shared by Writers must be safe for concurrent use.
+type BufferPool interface {
+	Get() *[]byte
+	Put(b *[]byte)
+}
+
+// WriterConfig says how a Writer frames the FPDUs of one direction, as
+// the handshake negotiated.
+type WriterConfig struct {
+	// CRC: fill the CRC field with the CRC32c. The FPDUs are then copied
+	// into a batch buffer and the CRC computed over the copy.
+	CRC bool
+	// Markers: insert markers; StreamOffset is the marker position of the
+	// first byte the Writer produces (0 at the first FPDU of the Full
+	// Operation phase), a multiple of 4.
+	Markers      bool
+	StreamOffset uint64
+	// MaxHeader is the longest hdr Begin is given (zero means 128): Room
+	// reserves that much scratch for every FPDU.
+	MaxHeader int
+	// Scratch is the arena for ULPDU_Length fields, headers and markers;
+	// its capacity bounds what one batch holds of them. The Writer uses
+	// it from Init until Release. Empty, the Writer allocates
+	// WriterScratchLen bytes.
+	Scratch []byte
+	// Buffers lends the batch buffers with CRC. Nil, the Writer allocates
+	// one the first time it needs it and keeps it.
+	Buffers BufferPool
+}
+
+// Writer frames FPDUs (RFC 5044 §4) into batches, each written with one
+// system call, with the markers of RFC 5044 §4.3 every 512 octets of the
+// stream when configured. A batch is filled FPDU by FPDU: Room, Begin,
+// Payload (any number of pieces), End; Flush writes it. Its two modes,
+// fixed by WriterConfig.CRC:
+//
+// Without CRC (zero copy) the batch is a list of iovecs for one writev
+// (net.Buffers): ULPDU_Length, headers and markers from the scratch
+// arena, payload slices as Payload was given them, pad and the zero CRC
+// field from a constant. Nothing but the headers is copied: the payload
+// slices must stay valid until Flush returns, and bytes that change
+// before then are sent as they are then.
+//
+//	FPDU: [len|hdr]   [payload ...]   [pad]  [CRC=0]
+//	      scratch     caller's memory  constant
+//
+// With CRC (copy mode) every byte is copied into one batch buffer (from
+// WriterConfig.Buffers) and the CRC32c is computed over that copy, piece
+// by piece right after copying it, while it is in cache. The batch goes
+// out with one write of that buffer, so the CRC covers exactly the bytes
+// on the wire even when the payload's memory changes meanwhile, and
+// Payload's slices need stay valid only until it returns. The buffer is
+// taken when the batch gets its first byte and given back when it is
+// written or reset: an idle Writer holds none.
+//
+//	batch buffer: [len|hdr|payload|pad|CRC][len|hdr|payload|pad|CRC]...
+//
+// Markers are placed with the layout functions of InsertMarkers, so a
+// Writer's stream equals the one Framer (and InsertMarkers) build. A
+// Writer must be used from one goroutine; its zero value is ready after
+// Init.
+type Writer struct {
+	crc, markers bool
+	maxHeader    int
+	buffers      BufferPool
+	pos          uint64 // stream offset of the next byte
+
+	scratch []byte      // never grows past its capacity (Room)
+	iov     [][]byte    // zero copy: the batch (reused backing array)
+	wv      net.Buffers // zero copy: Flush's writev argument
+	buf     *[]byte     // copy mode: the batch buffer, while the batch is not empty
+	batch   []byte      // copy mode: the batch so far, in *buf
+
+	batchBytes int // bytes in the batch
+	fpdus      int // FPDUs in the batch
+
+	fpduStart uint64 // stream offset of the current FPDU
+	fpduCRC   uint32 // CRC so far of the current FPDU (copy mode)
+	ulpduLen  int    // ULPDU_Length of the current FPDU
+}
+
+// Init configures w, dropping any batch in progress.
+func (w *Writer) Init(cfg WriterConfig) {
+	w.Release()
+	w.crc, w.markers = cfg.CRC, cfg.Markers
+	w.pos = cfg.StreamOffset
+	w.maxHeader = cfg.MaxHeader
+	if w.maxHeader <= 0 {
+		w.maxHeader = defaultMaxHeader
+	}
+	w.buffers = cfg.Buffers
+	if w.buffers == nil {
+		w.buffers = &ownBuffer{}
+	}
+	w.scratch = cfg.Scratch[:0]
+	if cap(w.scratch) == 0 {
+		w.scratch = make([]byte, 0, WriterScratchLen)
+	}
+	if w.iov == nil {
+		w.iov = make([][]byte, 0, WriterMaxIOV+8)
+	}
+}
+
+// Reset empties the batch, giving its buffer back; the stream position
+// stays.
+func (w *Writer) Reset() {
+	if w.buf != nil {
+		w.buffers.Put(w.buf)
+		w.buf, w.batch = nil, nil
+	}
+	w.scratch = w.scratch[:0]
+	clear(w.iov)
+	w.iov = w.iov[:0]
+	w.batchBytes, w.fpdus = 0, 0
+}
+
+// Release empties the batch and lets go of WriterConfig.Scratch and of
+// everything the batch referred to; the caller may then reuse Scratch.
+// Only Init makes w usable again.
+func (w *Writer) Release() {
+	if w.buffers != nil {
+		w.Reset()
+	}
+	w.scratch = nil
+}
+
+// Empty reports whether the batch holds nothing.
+func (w *Writer) Empty() bool { return len(w.iov) == 0 && len(w.batch) == 0 }
+
+// FPDUs returns the number of FPDUs in the batch.
+func (w *Writer) FPDUs() int { return w.fpdus }
+
+// Pos returns the stream offset of the next byte (the marker position).
+func (w *Writer) Pos() uint64 { return w.pos }
+
+// Room reports whether an FPDU with a ULPDU of ulen bytes, whose payload
+// comes in at most pieces slices, fits in the batch. Begin must follow
+// only a Room that reported true for the same FPDU. With a scratch
+// arena of WriterScratchLen bytes an empty batch has room for any FPDU
+// of up to MaxULPDU bytes whose payload comes in up to 700 pieces.
+func (w *Writer) Room(ulen, pieces int) bool {
+	if w.fpdus > 0 && w.batchBytes+ulen > WriterMaxBytes {
+		return false
+	}
+	needScratch, needIOV := LengthFieldLen+w.maxHeader+8, pieces+2
+	if w.markers {
+		m := (ulen+LengthFieldLen+CRCLen+3)/MarkerInterval + 2
+		needScratch += m * MarkerLen
+		needIOV += 2 * m
+	}
+	if w.crc {
+		// The whole FPDU goes into the batch buffer: length field, ULPDU,
+		// pad of at most 3, CRC, and the markers counted in needScratch.
+		if len(w.batch)+needScratch+ulen+3+CRCLen > WriterBufLen {
+			return false
+		}
+	}
+	return len(w.scratch)+needScratch <= cap(w.scratch) && len(w.iov)+needIOV <= WriterMaxIOV
+}
+
+// Begin starts an FPDU whose ULPDU is hdr (at most MaxHeader bytes)
+// followed by ulen-len(hdr) payload bytes, which Payload then takes.
+func (w *Writer) Begin(hdr []byte, ulen int) {
+	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
+	s := len(w.scratch)
+	w.scratch = binary.BigEndian.AppendUint16(w.scratch, uint16(ulen))
+	w.scratch = append(w.scratch, hdr...)
+	w.emit(w.scratch[s:len(w.scratch):len(w.scratch)])
+}
+
+// Payload adds payload bytes to the current FPDU. Without CRC the batch
+// refers to p until Flush or Reset; with CRC p is copied at once.
+func (w *Writer) Payload(p []byte) {
+	if len(p) > 0 {
+		w.emit(p)
+	}
+}
+
+// End adds the pad and the CRC field, completing the FPDU.
+func (w *Writer) End() {
+	if pad := PadLen(w.ulpduLen); pad > 0 {
+		w.emit(zeroPad[:pad])
+	}
+	if w.markers {
+		// A marker just before the CRC field belongs to this FPDU and is
+		// covered by its CRC.
+		if marker, _ := markerSpan(w.pos); marker {
+			w.marker()
+		}
+	}
+	if w.crc {
+		w.batch = binary.LittleEndian.AppendUint32(w.batch, w.fpduCRC) // PutCRC's order
+	} else {
+		w.iov = append(w.iov, zeroPad[:CRCLen])
+	}
+	w.pos += CRCLen
+	w.batchBytes += CRCLen
+	w.fpdus++
+}
+
+// emit adds p to the batch, inserting markers where the stream reaches
+// one.
+func (w *Writer) emit(p []byte) {
+	if !w.markers {
+		w.put(p)
+		return
+	}
+	for len(p) > 0 {
+		marker, k := markerSpan(w.pos)
+		if marker {
+			w.marker()
+			continue
+		}
+		step := min(k, len(p))
+		w.put(p[:step])
+		p = p[step:]
+	}
+}
+
+// marker adds the marker at the stream position, pointing back to the
+// current FPDU's start.
+func (w *Writer) marker() {
+	s := len(w.scratch)
+	w.scratch = appendMarker(w.scratch, w.pos, w.fpduStart)
+	w.put(w.scratch[s:len(w.scratch):len(w.scratch)])
+}
+
+// copyChunk is how much copy mode copies before folding it into the CRC,
+// so that the CRC reads the copy from the L1 cache.
+const copyChunk = 8 << 10
+
+// put adds p to the batch: without CRC as an iovec that aliases p; with
+// CRC as a copy in the batch buffer, folded into the CRC from the copy.
+func (w *Writer) put(p []byte) {
+	w.pos += uint64(len(p))
+	w.batchBytes += len(p)
+	if !w.crc {
+		w.iov = append(w.iov, p)
+		return
+	}
+	if w.buf == nil {
+		w.buf = w.buffers.Get()
+		if cap(*w.buf) < WriterBufLen {
+			panic(fmt.Sprintf("mpa: BufferPool gave a %d-byte buffer, want at least WriterBufLen", cap(*w.buf)))
+		}
+		w.batch = (*w.buf)[:0]
+	}
+	for len(p) > 0 {
+		k := min(len(p), copyChunk)
+		s := len(w.batch)
+		w.batch = append(w.batch, p[:k]...) // Room reserved the capacity
+		w.fpduCRC = UpdateCRC(w.fpduCRC, w.batch[s:])
+		p = p[k:]
+	}
+}
+
+// Flush writes the batch, without CRC with one writev (net.Buffers),
+// with CRC with one write of the batch buffer, and empties it. It returns
+// the bytes written.
+func (w *Writer) Flush(dst io.Writer) (int, error) {
+	if w.crc {
+		if len(w.batch) == 0 {
+			return 0, nil
+		}
+		n, err := dst.Write(w.batch)
+		w.Reset()
+		return n, err
+	}
+	if len(w.iov) == 0 {
+		return 0, nil
+	}
+	w.wv = w.iov
+	n, err := w.wv.WriteTo(dst)
+	w.wv = nil
+	w.Reset()
+	return int(n), err
+}
+
+// ownBuffer is the BufferPool of a Writer configured without one: one
+// buffer, allocated at first use and kept.
+type ownBuffer struct{ b *[]byte }
+
+func (o *ownBuffer) Get() *[]byte {
+	if o.b == nil {
+		b := make([]byte, WriterBufLen)
+		o.b = &b
+	}
+	return o.b
+}
+
+func (o *ownBuffer) Put(*[]byte) {}

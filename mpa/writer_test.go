@@ -1,0 +1,303 @@
+package mpa_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// writeFPDU frames one FPDU into w, flushing to out first when the batch
+// is full, with the payload given in pieces.
+func writeFPDU(t testing.TB, w *mpa.Writer, out io.Writer, hdr []byte, pieces [][]byte) {
+	t.Helper()
+	n := len(hdr)
+	for _, p := range pieces {
+		n += len(p)
+	}
+	if !w.Room(n, len(pieces)) {
+		if _, err := w.Flush(out); err != nil {
+			t.Fatal(err)
+		}
+		if !w.Room(n, len(pieces)) {
+			t.Fatalf("no room for a %d-byte FPDU in an empty batch", n)
+		}
+	}
+	w.Begin(hdr, n)
+	for _, p := range pieces {
+		w.Payload(p)
+	}
+	w.End()
+}
+
+// split cuts p into pieces at random points.
+func split(r *rand.Rand, p []byte) [][]byte {
+	var pieces [][]byte
+	for rest := p; len(rest) > 0; {
+		k := 1 + r.IntN(len(rest))
+		pieces = append(pieces, rest[:k])
+		rest = rest[k:]
+	}
+	return pieces
+}
+
+// TestWriterMatchesReference checks the Writer, for every combination of
+// CRC and markers, payloads split into pieces, and stream offsets that
+// put markers everywhere in an FPDU, against the byte-by-byte marker
+// reference (naiveInsert over AppendFPDU) and against Framer, and reads
+// the stream back with the Deframer.
+func TestWriterMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			for _, start := range []uint64{0, 4, 256, 508} {
+				if !markers && start != 0 {
+					continue
+				}
+				var w mpa.Writer
+				w.Init(mpa.WriterConfig{CRC: crc, Markers: markers, StreamOffset: start, MaxHeader: 82})
+				fr := mpa.Framer{CRC: crc, Markers: markers, Pos: start}
+				var got, want, framed bytes.Buffer
+				pos := start
+				const count = 300
+				for i := range count {
+					hdr := randBytes(r, 14+r.IntN(60))
+					n := r.IntN(3000)
+					if i%7 == 0 {
+						n = 0
+					}
+					payload := randBytes(r, n)
+					writeFPDU(t, &w, &got, hdr, split(r, payload))
+					plain := mpa.AppendFPDU(nil, hdr, payload, false)
+					ref := plain
+					if markers {
+						ref = naiveInsert(plain, pos, crc)
+					} else if crc {
+						ref = mpa.AppendFPDU(nil, hdr, payload, true)
+					}
+					want.Write(ref)
+					pos += uint64(len(ref))
+					framed.Write(fr.AppendFPDU(nil, hdr, payload))
+				}
+				if _, err := w.Flush(&got); err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("crc %v markers %v start %d", crc, markers, start)
+				if !w.Empty() || w.FPDUs() != 0 {
+					t.Fatalf("%s: batch not empty after Flush", name)
+				}
+				if !bytes.Equal(got.Bytes(), want.Bytes()) {
+					t.Fatalf("%s: Writer output differs from the reference (%d vs %d bytes)", name, got.Len(), want.Len())
+				}
+				if !bytes.Equal(got.Bytes(), framed.Bytes()) {
+					t.Fatalf("%s: Writer output differs from Framer's", name)
+				}
+				if w.Pos() != pos || fr.Pos != pos {
+					t.Fatalf("%s: Pos %d, Framer %d, want %d", name, w.Pos(), fr.Pos, pos)
+				}
+				df := mpa.NewDeframer(bytes.NewReader(got.Bytes()), mpa.DeframerConfig{CRC: crc, Markers: markers, StreamOffset: start})
+				for i := range count {
+					if _, err := df.Next(); err != nil {
+						t.Fatalf("%s: deframer, FPDU %d: %v", name, i, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestWriterCRCOverCopy: with CRC the batch holds a copy of the payload
+// and the CRC covers that copy, so a payload that changes after Payload
+// returned (memory a remote Write or the application changes while the
+// batch waits for its write) is sent as it was, with a good CRC. Without
+// CRC the batch refers to the payload itself (zero copy): the change is
+// sent, as verbs allow.
+func TestWriterCRCOverCopy(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			var w mpa.Writer
+			w.Init(mpa.WriterConfig{CRC: crc, Markers: markers})
+			hdr := []byte("header: 14 byt")
+			mem := bytes.Repeat([]byte{0xaa}, 3000)
+			w.Begin(hdr, len(hdr)+len(mem))
+			w.Payload(mem[:1000])
+			w.Payload(mem[1000:])
+			w.End()
+			for i := range mem {
+				mem[i] = 0x55
+			}
+			var out bytes.Buffer
+			if _, err := w.Flush(&out); err != nil {
+				t.Fatal(err)
+			}
+			f, err := mpa.NewDeframer(&out, mpa.DeframerConfig{CRC: crc, Markers: markers}).Next()
+			if err != nil {
+				t.Fatalf("crc %v markers %v: %v", crc, markers, err)
+			}
+			sent := f.ULPDU[len(hdr):]
+			want := byte(0x55)
+			if crc {
+				want = 0xaa
+			}
+			if !bytes.Equal(sent, bytes.Repeat([]byte{want}, len(mem))) {
+				t.Fatalf("crc %v markers %v: payload sent as %x..., want %#x", crc, markers, sent[:8], want)
+			}
+		}
+	}
+}
+
+// countingPool is a BufferPool that records what it lends.
+type countingPool struct {
+	out  map[*[]byte]bool
+	gets int
+}
+
+func (p *countingPool) Get() *[]byte {
+	b := make([]byte, mpa.WriterBufLen)
+	p.out[&b] = true
+	p.gets++
+	return &b
+}
+
+func (p *countingPool) Put(b *[]byte) {
+	if !p.out[b] {
+		panic("Put of a buffer the pool did not lend")
+	}
+	delete(p.out, b)
+}
+
+// batchCheck is the io.Writer of TestWriterCopyBufferBound: every batch
+// must arrive as one write of a buffer the pool lent, never a
+// reallocation by append.
+type batchCheck struct {
+	t      *testing.T
+	pool   *countingPool
+	out    bytes.Buffer
+	writes int
+}
+
+func (c *batchCheck) Write(b []byte) (int, error) {
+	lent := false
+	for buf := range c.pool.out {
+		lent = lent || (cap(b) == cap(*buf) && &b[:1][0] == &(*buf)[0])
+	}
+	if !lent {
+		c.t.Fatalf("batch of %d bytes written from a buffer the pool did not lend", len(b))
+	}
+	c.writes++
+	return c.out.Write(b)
+}
+
+// TestWriterCopyBufferBound fills copy-mode batches with the largest
+// FPDUs, with and without markers, and checks that Room keeps every
+// batch inside its pooled buffer, that the buffer goes back to the pool
+// with each flush (an idle Writer holds none), and that the stream
+// deframes.
+func TestWriterCopyBufferBound(t *testing.T) {
+	payload := make([]byte, mpa.MaxULPDU-14)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	hdr := make([]byte, 14)
+	for _, markers := range []bool{false, true} {
+		pool := &countingPool{out: map[*[]byte]bool{}}
+		var w mpa.Writer
+		w.Init(mpa.WriterConfig{CRC: true, Markers: markers, Buffers: pool})
+		check := &batchCheck{t: t, pool: pool}
+		const n = 40
+		for range n {
+			writeFPDU(t, &w, check, hdr, [][]byte{payload})
+			if len(pool.out) != 1 {
+				t.Fatalf("markers %v: %d buffers lent while a batch is filled", markers, len(pool.out))
+			}
+		}
+		if _, err := w.Flush(check); err != nil {
+			t.Fatal(err)
+		}
+		if len(pool.out) != 0 {
+			t.Fatalf("markers %v: %d buffers kept after the last flush", markers, len(pool.out))
+		}
+		if check.writes < 2 || pool.gets != check.writes {
+			t.Fatalf("markers %v: %d writes, %d buffers lent (want one per batch, and more than one batch)", markers, check.writes, pool.gets)
+		}
+		df := mpa.NewDeframer(&check.out, mpa.DeframerConfig{CRC: true, Markers: markers})
+		for i := range n {
+			if _, err := df.Next(); err != nil {
+				t.Fatalf("markers %v: FPDU %d: %v", markers, i, err)
+			}
+		}
+	}
+}
+
+// TestWriterAllocs: filling and flushing a batch allocates nothing once
+// the Writer has its buffers.
+func TestWriterAllocs(t *testing.T) {
+	hdr := make([]byte, 18)
+	payload := make([]byte, 1000)
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			var w mpa.Writer
+			w.Init(mpa.WriterConfig{CRC: crc, Markers: markers})
+			if a := testing.AllocsPerRun(100, func() {
+				for range 8 {
+					writeFPDU(t, &w, io.Discard, hdr, [][]byte{payload[:300], payload[300:]})
+				}
+				if _, err := w.Flush(io.Discard); err != nil {
+					t.Fatal(err)
+				}
+			}); a != 0 {
+				t.Errorf("crc %v markers %v: %v allocs per batch", crc, markers, a)
+			}
+		}
+	}
+}
+
+// BenchmarkWriter frames 1 MiB messages in 32 KiB FPDUs into io.Discard:
+// without CRC (zero copy, iovecs), with CRC (copy mode: copy and CRC into
+// the batch buffer), and, for reference, the CRC alone over the same
+// bytes (what a zero-copy CRC would cost, less its iovec handling).
+func BenchmarkWriter(b *testing.B) {
+	const msg, seg = 1 << 20, 32 << 10
+	src := make([]byte, msg)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	hdr := make([]byte, 14)
+	for _, crc := range []bool{false, true} {
+		b.Run(fmt.Sprintf("crc=%v", crc), func(b *testing.B) {
+			var w mpa.Writer
+			w.Init(mpa.WriterConfig{CRC: crc})
+			b.SetBytes(msg)
+			b.ReportAllocs()
+			for b.Loop() {
+				for off := 0; off < msg; off += seg {
+					if !w.Room(len(hdr)+seg, 1) {
+						if _, err := w.Flush(io.Discard); err != nil {
+							b.Fatal(err)
+						}
+					}
+					w.Begin(hdr, len(hdr)+seg)
+					w.Payload(src[off : off+seg])
+					w.End()
+				}
+				if _, err := w.Flush(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("crc-only", func(b *testing.B) {
+		b.SetBytes(msg)
+		b.ReportAllocs()
+		var c uint32
+		for b.Loop() {
+			for off := 0; off < msg; off += seg {
+				c = mpa.UpdateCRC(0, src[off:off+seg])
+			}
+		}
+		_ = c
+	})
+}

@@ -1,0 +1,81 @@
+package rdmap
+
+// ring is the FIFO queue behind every queue of a QP and a CQ: the SQ,
+// the RQ and SRQ (rqRing), the ORQ, the IRQ and a CQ's completions. Its
+// array has a power-of-two length; head and tail count the entries ever
+// taken and added (uint64: they do not wrap), and entry i lives in slot
+// i&mask, so an index stays valid as a name for its entry from push to
+// pop (the SQ keeps such indices). limit is the queue's depth as
+// configured, which need not be a power of two: full reports it. The
+// owner's lock guards a ring; a ring allocates only in newRing.
+type ring[T any] struct {
+	buf        []T
+	mask       uint64
+	limit      int
+	head, tail uint64
+}
+
+// newRing returns an empty ring that holds limit entries (an array of at
+// least one slot, so that a ring of limit 0 has a valid at).
+func newRing[T any](limit int) ring[T] {
+	n := ringSize(max(limit, 1))
+	return ring[T]{buf: make([]T, n), mask: uint64(n - 1), limit: limit}
+}
+
+// ringSize returns the smallest power of two that is at least n.
+func ringSize(n int) int {
+	s := 1
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+// len returns the number of entries in the ring.
+func (r *ring[T]) len() int { return int(r.tail - r.head) }
+
+// empty reports whether the ring holds no entry.
+func (r *ring[T]) empty() bool { return r.head == r.tail }
+
+// full reports whether the ring holds limit entries (or more: see push).
+func (r *ring[T]) full() bool { return r.tail-r.head >= uint64(r.limit) }
+
+// slot returns the array index of entry i.
+func (r *ring[T]) slot(i uint64) int { return int(i & r.mask) }
+
+// at returns entry i (head <= i < tail for a live entry).
+func (r *ring[T]) at(i uint64) *T { return &r.buf[i&r.mask] }
+
+// peek returns the oldest entry, or nil when the ring is empty.
+func (r *ring[T]) peek() *T {
+	if r.head == r.tail {
+		return nil
+	}
+	return &r.buf[r.head&r.mask]
+}
+
+// push appends an entry and returns its slot, which still holds whatever
+// an earlier entry left there: the caller sets every field. The caller
+// checks full first; push never overwrites a live entry as long as the
+// ring holds at most len(buf) entries, which a limit of at most len(buf)
+// guarantees.
+func (r *ring[T]) push() *T {
+	e := &r.buf[r.tail&r.mask]
+	r.tail++
+	return e
+}
+
+// pop removes the oldest entry and returns its slot, valid until the
+// next push; nil when the ring is empty.
+func (r *ring[T]) pop() *T {
+	if r.head == r.tail {
+		return nil
+	}
+	e := &r.buf[r.head&r.mask]
+	r.head++
+	return e
+}
+
+// drop forgets every entry (their slots keep their contents until
+// overwritten).
+func (r *ring[T]) drop() { r.head = r.tail }
