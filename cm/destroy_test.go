@@ -291,6 +291,10 @@ func TestDestroyContractStress(t *testing.T) {
 	)
 	var k atomic.Int64
 	outside := make(chan *cm.ID, n)
+	// insideDone has a value for each DestroyFrom that returned: a client
+	// can see its Close while DestroyFrom still tears the child down, so
+	// the checks below wait for every one of them.
+	insideDone := make(chan struct{}, n)
 	handler := func(id *cm.ID, ev *cm.Event) error {
 		clock.arrive(id, ev)
 		switch ev.Type {
@@ -305,6 +309,7 @@ func TestDestroyContractStress(t *testing.T) {
 			case modeDestroyFrom:
 				id.DestroyFrom(ev)
 				clock.end(id)
+				insideDone <- struct{}{}
 			case modeErrDestroy:
 				return cm.ErrDestroy
 			}
@@ -344,6 +349,13 @@ func TestDestroyContractStress(t *testing.T) {
 	}
 	wg.Wait()
 	closes := cli.waitN(cm.EventClose, n)
+	// Every child gets its Established handler, the k-th in mode
+	// k%modeCount: k = 1, 4, 7, ... up to n destroy with DestroyFrom.
+	for k := 1; k <= n; k++ {
+		if k%modeCount == modeDestroyFrom {
+			<-insideDone
+		}
+	}
 	for id := range clients {
 		id.Destroy()
 	}
