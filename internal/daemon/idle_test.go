@@ -49,8 +49,11 @@ func TestIdleTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if wc[0].Status != rdmap.WCSuccess {
-		t.Fatalf("read: %v", wc[0].Status)
+	// The Read shows the connection works; on a loaded machine the 20 ms
+	// limit may already have cut it, and then the Read is flushed by that
+	// disconnect, which the checks below still require.
+	if st := wc[0].Status; st != rdmap.WCSuccess && st != rdmap.WCWRFlushErr {
+		t.Fatalf("read: %v", st)
 	}
 	select {
 	case <-conn.Done():
