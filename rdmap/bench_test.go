@@ -12,7 +12,7 @@ import (
 // outstanding, reaping completions as they come.
 func BenchmarkWrite(b *testing.B) {
 	for _, crc := range []bool{false, true} {
-		for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+		for _, size := range []int{64, 4 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("crc=%v/%d", crc, size), func(b *testing.B) {
 				benchStream(b, rdmap.WRWrite, size, &rdmaptest.Options{CRC: crc})
 			})
