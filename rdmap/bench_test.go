@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
@@ -65,6 +66,8 @@ func benchStreamCfg(b *testing.B, op rdmap.WROpcode, size int, cfg rdmap.QPConfi
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := testutil.CPUTime()
+	defer func() { b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op") }()
 	// Sends need receive credits: iWARP has no receiver-not-ready retry,
 	// a Send without a posted receive ends the connection. The sender
 	// keeps at most 2*depth Sends beyond what the receiver has reaped.
