@@ -720,7 +720,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
 	e.remote, e.invSTag, e.imm = wr.Remote, wr.InvalidateSTag, wr.Imm
-	e.mem = wr.Mem
+	if wr.Op == WRRegMR || wr.Op == WRBindMW {
+		e.mem = wr.Mem // the only ops that read it; sweepLocked zeroes it for the rest
+	}
 	e.cmpAdd, e.swap = wr.CompareAdd, wr.Swap
 	e.addMask, e.cmpMask, e.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
 	if e.op == WRCmpSwap {
