@@ -68,7 +68,6 @@ func TestCQWakeRace(t *testing.T) {
 	}
 }
 
-
 // BenchmarkCQPushPoll: one completion pushed and polled per op, as a
 // busy-polling consumer that never Waits sees it (push's poke of the
 // full notify channel is then the lock-free fast path of a select).
