@@ -63,7 +63,8 @@
 // reassembled capture, tools and raw test peers; it is resumable after
 // any reader error. Writer frames FPDUs into batches written with one
 // system call: without CRC a writev of iovecs that point into the caller's
-// memory (zero copy), with CRC one write of a pooled buffer into which
+// memory (zero copy; small payload pieces copied beside their headers so
+// that small FPDUs share iovecs), with CRC one write of a pooled buffer into which
 // every byte was copied and over which the CRC was computed, so that it
 // covers exactly the bytes sent; an rdmap QP's send goroutine frames with
 // a Writer. Framer builds single FPDUs into a byte slice and keeps the

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"testing"
 
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
 )
 
@@ -244,6 +246,7 @@ func TestWriterAllocs(t *testing.T) {
 			if a := testing.AllocsPerRun(100, func() {
 				for range 8 {
 					writeFPDU(t, &w, io.Discard, hdr, [][]byte{payload[:300], payload[300:]})
+					writeFPDU(t, &w, io.Discard, hdr, [][]byte{payload[:64]})
 				}
 				if _, err := w.Flush(io.Discard); err != nil {
 					t.Fatal(err)
@@ -300,4 +303,141 @@ func BenchmarkWriter(b *testing.B) {
 		}
 		_ = c
 	})
+}
+
+// iovecLog is an io.Writer that keeps every slice written to it:
+// net.Buffers.WriteTo, given a writer that is not a connection, writes
+// the batch one iovec at a time, so the slices are the iovecs.
+type iovecLog struct {
+	iovs [][]byte
+	out  bytes.Buffer
+}
+
+func (l *iovecLog) Write(b []byte) (int, error) {
+	l.iovs = append(l.iovs, b)
+	return l.out.Write(b)
+}
+
+// TestWriterJoinsSmallFPDUs: without CRC and markers, payload pieces of
+// up to WriterCopyLen bytes are copied into scratch and a batch of small
+// FPDUs leaves as one iovec; a longer piece is still sent from its own
+// memory (zero copy) between two scratch iovecs; a piece copied before
+// its memory changed is sent as it was. With a small arena the copies
+// stop where the arena is short (the pieces are then referred to), and
+// the bytes still equal AppendFPDU's.
+func TestWriterJoinsSmallFPDUs(t *testing.T) {
+	var w mpa.Writer
+	w.Init(mpa.WriterConfig{MaxHeader: 28})
+	hdr := make([]byte, 18)
+	small := bytes.Repeat([]byte{0xab}, mpa.WriterCopyLen)
+	var want []byte
+	for i := range 100 {
+		hdr[0] = byte(i)
+		p := small[:i*mpa.WriterCopyLen/99]
+		writeFPDU(t, &w, io.Discard, hdr, [][]byte{p[:len(p)/2], p[len(p)/2:]})
+		want = mpa.AppendFPDU(want, hdr, p, false)
+	}
+	var log iovecLog
+	if _, err := w.Flush(&log); err != nil {
+		t.Fatal(err)
+	}
+	if len(log.iovs) != 1 {
+		t.Errorf("100 small FPDUs in %d iovecs, want 1", len(log.iovs))
+	}
+
+	large := bytes.Repeat([]byte{0xcd}, mpa.WriterCopyLen+1)
+	writeFPDU(t, &w, io.Discard, hdr, [][]byte{small[:1]})
+	writeFPDU(t, &w, io.Discard, hdr, [][]byte{large})
+	writeFPDU(t, &w, io.Discard, hdr, [][]byte{small[:64]})
+	want = mpa.AppendFPDU(want, hdr, small[:1], false)
+	want = mpa.AppendFPDU(want, hdr, large, false)
+	want = mpa.AppendFPDU(want, hdr, small[:64], false)
+	small[0] = 0 // copied: changing it now changes nothing sent
+	if _, err := w.Flush(&log); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(log.iovs) - 1; n != 3 || &log.iovs[2][0] != &large[0] {
+		t.Errorf("small, %d-byte, small FPDU: %d iovecs, the second aliasing the payload: %v; want 3, aliased",
+			len(large), n, n > 1 && &log.iovs[2][0] == &large[0])
+	}
+	if !bytes.Equal(log.out.Bytes(), want) {
+		t.Fatalf("Writer output differs from AppendFPDU's (%d vs %d bytes)", log.out.Len(), len(want))
+	}
+
+	small[0] = 0xab
+	w.Init(mpa.WriterConfig{MaxHeader: 28, Scratch: make([]byte, 0, 700)})
+	log, want = iovecLog{}, nil
+	for i := range 50 {
+		p := small[:(i*37)%mpa.WriterCopyLen]
+		writeFPDU(t, &w, &log, hdr, [][]byte{p, p[:i%3]})
+		want = mpa.AppendFPDU(want, hdr, append(p[:len(p):len(p)], p[:i%3]...), false)
+	}
+	if _, err := w.Flush(&log); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(log.out.Bytes(), want) {
+		t.Fatalf("700-byte arena: Writer output differs from AppendFPDU's (%d vs %d bytes)", log.out.Len(), len(want))
+	}
+}
+
+// BenchmarkWriterSmall frames FPDUs of small payloads without CRC and
+// writes them, a batch of 64 at a time, with writev to a TCP connection
+// over loopback (drained by another goroutine), with payload pieces up
+// to each size copied into the arena (copy=N) or none (copy=0): the
+// sweep that chose WriterCopyLen. ns/op is per FPDU; cpu-ns/op is the
+// CPU time of the whole process (writer and drain) per FPDU, the figure
+// that counts on a busy machine.
+func BenchmarkWriterSmall(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	dial, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dial.Close()
+	peer, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_, _ = io.Copy(io.Discard, peer)
+	}()
+	defer func() {
+		dial.Close()
+		<-drained
+		peer.Close()
+	}()
+	src := make([]byte, 4096)
+	hdr := make([]byte, 18)
+	const batch = 64
+	for _, size := range []int{64, 128, 256, 512, 1024, 2048} {
+		for _, copyLen := range []int{0, size} {
+			b.Run(fmt.Sprintf("size=%d/copy=%d", size, copyLen), func(b *testing.B) {
+				defer mpa.SetWriterCopyLen(copyLen)()
+				var w mpa.Writer
+				w.Init(mpa.WriterConfig{MaxHeader: 28})
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				i := 0
+				cpu := testutil.CPUTime()
+				for b.Loop() {
+					writeFPDU(b, &w, dial, hdr, [][]byte{src[:size]})
+					if i++; i%batch == 0 {
+						if _, err := w.Flush(dial); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if _, err := w.Flush(dial); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
@@ -12,7 +13,7 @@ import (
 // outstanding, reaping completions as they come.
 func BenchmarkWrite(b *testing.B) {
 	for _, crc := range []bool{false, true} {
-		for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+		for _, size := range []int{64, 4 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("crc=%v/%d", crc, size), func(b *testing.B) {
 				benchStream(b, rdmap.WRWrite, size, &rdmaptest.Options{CRC: crc})
 			})
@@ -65,6 +66,8 @@ func benchStreamCfg(b *testing.B, op rdmap.WROpcode, size int, cfg rdmap.QPConfi
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := testutil.CPUTime()
+	defer func() { b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op") }()
 	// Sends need receive credits: iWARP has no receiver-not-ready retry,
 	// a Send without a posted receive ends the connection. The sender
 	// keeps at most 2*depth Sends beyond what the receiver has reaped.

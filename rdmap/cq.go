@@ -3,6 +3,7 @@ package rdmap
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // CQ is a completion queue. A CQ is safe for concurrent use.
@@ -37,14 +38,14 @@ type CQ struct {
 	dev *Device
 
 	mu       sync.Mutex
-	ring     ring[WC] // limit: the CQ's size; +checklocks:mu
-	ovf      []WC     // completions behind the ring, after an overrun; +checklocks:mu
-	ovfHead  int      // next of ovf to poll; +checklocks:mu
-	ovfCap   int      // the bound of ovf, set at the overrun; +checklocks:mu
-	overflow bool     // the CQ has overrun; +checklocks:mu
-	dropped  uint64   // +checklocks:mu
-	users    []*QP    // QPs that complete into this CQ; +checklocks:mu
-	closed   bool     // +checklocks:mu
+	ring     ring[WC]    // limit: the CQ's size; +checklocks:mu
+	ovf      []WC        // completions behind the ring, after an overrun; +checklocks:mu
+	ovfHead  int         // next of ovf to poll; +checklocks:mu
+	ovfCap   int         // the bound of ovf, set at the overrun; +checklocks:mu
+	overflow atomic.Bool // the CQ has overrun: set under mu, read without (every post reads it)
+	dropped  uint64      // +checklocks:mu
+	users    []*QP       // QPs that complete into this CQ; +checklocks:mu
+	closed   bool        // +checklocks:mu
 	notify   chan struct{}
 }
 
@@ -75,9 +76,7 @@ func (cq *CQ) Len() int {
 
 // Err returns ErrCQOverflow once the CQ has overrun.
 func (cq *CQ) Err() error {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	if cq.overflow {
+	if cq.overflow.Load() {
 		return ErrCQOverflow
 	}
 	return nil
@@ -119,7 +118,7 @@ func (cq *CQ) Poll(wcs []WC) int {
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
-		n, ovf, closed := cq.ring.len()+len(cq.ovf)-cq.ovfHead, cq.overflow, cq.closed
+		n, ovf, closed := cq.ring.len()+len(cq.ovf)-cq.ovfHead, cq.overflow.Load(), cq.closed
 		cq.mu.Unlock()
 		if n > 0 {
 			// Pass the wake-up on, in case another waiter slept.
@@ -148,25 +147,32 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // CQ's QPs with overflowed).
 func (cq *CQ) push(wc *WC) bool {
 	cq.mu.Lock()
+	ok := cq.pushLocked(wc)
+	cq.mu.Unlock()
+	cq.wake()
+	return ok
+}
+
+// pushLocked is push with cq.mu held and without the wake-up: a caller
+// that pushes several completions under one lock wakes the waiters once
+// after unlocking.
+//
+// +checklocks:cq.mu
+func (cq *CQ) pushLocked(wc *WC) bool {
 	if cq.ring.full() || cq.ovfHead < len(cq.ovf) {
-		if !cq.overflow {
-			cq.overflow = true
+		if !cq.overflow.Load() {
 			cq.ovfCap = cq.overflowBoundLocked()
+			cq.overflow.Store(true)
 		}
 		if len(cq.ovf)-cq.ovfHead < cq.ovfCap {
 			cq.ovf = append(cq.ovf, *wc)
 		} else {
 			cq.dropped++
 		}
-		cq.mu.Unlock()
-		cq.wake()
 		return false
 	}
 	*cq.ring.push() = *wc
-	ok := !cq.overflow
-	cq.mu.Unlock()
-	cq.wake()
-	return ok
+	return !cq.overflow.Load()
 }
 
 // overflowBoundLocked is the most completions the QPs attached now can
@@ -186,11 +192,10 @@ func (cq *CQ) overflowBoundLocked() int {
 }
 
 // overran reports whether the CQ has overrun (posting to it is refused).
-func (cq *CQ) overran() bool {
-	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.overflow
-}
+// It takes no lock: the flag is set under mu by the push that overruns,
+// and a post that reads it just before is one of the posts that raced
+// the overrun, which overflowBoundLocked counts.
+func (cq *CQ) overran() bool { return cq.overflow.Load() }
 
 func (cq *CQ) wake() {
 	select {
@@ -217,7 +222,7 @@ func (cq *CQ) attach(qp *QP) error {
 	if cq.closed {
 		return ErrClosed
 	}
-	if cq.overflow {
+	if cq.overflow.Load() {
 		return ErrCQOverflow
 	}
 	for _, u := range cq.users {

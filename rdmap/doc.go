@@ -51,7 +51,8 @@
 // the MULPDU (from the connection's TCP_MAXSEG, as siw does), and hands
 // the headers and the payload slices to the writer, which frames them as
 // FPDUs and writes many at once. Without CRC32c the payload is a slice of
-// registered memory and a batch is one writev (net.Buffers over reused
+// registered memory (a piece of at most mpa.WriterCopyLen bytes is copied
+// beside its header) and a batch is one writev (net.Buffers over reused
 // arrays); with CRC32c the writer copies the payload into a pooled batch
 // buffer and computes the CRC over the copy, so that it covers exactly
 // the bytes sent even if the memory changes meanwhile. The receive

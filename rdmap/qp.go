@@ -625,9 +625,10 @@ func (qp *QP) flushAll() {
 }
 
 // sweepLocked generates the completions of finished send work requests,
-// in SQ order. It reports false if the send CQ overflowed.
+// in SQ order, under one lock of the send CQ and with one wake-up of its
+// waiters. It reports false if the send CQ overflowed.
 func (qp *QP) sweepLocked() bool {
-	ok := true
+	ok, pushed := true, false
 	for qp.sq.head != qp.sqNext {
 		e := qp.sq.at(qp.sq.head)
 		if e.state != sqDone {
@@ -638,7 +639,11 @@ func (qp *QP) sweepLocked() bool {
 			if e.status == WCSuccess {
 				wc.ByteLen = e.length
 			}
-			if !qp.scq.push(&wc) {
+			if !pushed {
+				qp.scq.mu.Lock()
+				pushed = true
+			}
+			if !qp.scq.pushLocked(&wc) {
 				ok = false
 			}
 		}
@@ -647,6 +652,10 @@ func (qp *QP) sweepLocked() bool {
 		}
 		e.mem = MemOp{}
 		qp.sq.pop()
+	}
+	if pushed {
+		qp.scq.mu.Unlock()
+		qp.scq.wake()
 	}
 	return ok
 }
@@ -711,7 +720,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
 	e.remote, e.invSTag, e.imm = wr.Remote, wr.InvalidateSTag, wr.Imm
-	e.mem = wr.Mem
+	if wr.Op == WRRegMR || wr.Op == WRBindMW {
+		e.mem = wr.Mem // the only ops that read it; sweepLocked zeroes it for the rest
+	}
 	e.cmpAdd, e.swap = wr.CompareAdd, wr.Swap
 	e.addMask, e.cmpMask, e.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
 	if e.op == WRCmpSwap {
