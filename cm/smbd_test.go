@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -386,36 +385,14 @@ func TestHostileSMBDResponders(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			after := make(chan []byte, 1)
-			go func() {
-				cn, err := ln.Accept()
-				if err != nil {
-					after <- nil
-					return
-				}
-				tc := cn.(*net.TCPConn)
-				defer tc.Close()
-				if _, err := readFrameQuiet(tc); err != nil {
-					after <- nil
-					return
-				}
-				_, _ = tc.Write(c.reply)
-				_ = tc.SetReadDeadline(time.Now().Add(waitLimit))
-				b, _ := io.ReadAll(tc)
-				after <- b
-			}()
+			addr, after := replyingPeer(t, func(tc *net.TCPConn) { _, _ = tc.Write(c.reply) })
 			r := newRecorder(t)
 			id := cm.NewID(dev, r.handle)
 			defer id.Destroy()
 			if err := id.SetConfig(cfgT(t, cm.Config{MPA: mpa.Policy{Rev: 1, SMBD: true}})); err != nil {
 				t.Fatal(err)
 			}
-			if err := id.Connect(ln.Addr().String(), cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err != nil {
+			if err := id.Connect(addr, cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err != nil {
 				t.Fatal(err)
 			}
 			ev := r.wait(id, cm.EventConnectReply).ev
