@@ -223,37 +223,8 @@ func TestSMBDQPLimits(t *testing.T) {
 				rLimit, iLimit = 0, limit
 			}
 			rs, is := newIRDSide(t, rLimit), newIRDSide(t, iLimit)
-			l, err := cm.Listen(ctx, "127.0.0.1:0", rs.dev, cfgT(t, cm.Config{MPA: pol}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			type accepted struct {
-				c   *cm.Conn
-				req *cm.Request
-				err error
-			}
-			ch := make(chan accepted, 1)
-			go func() {
-				req, err := l.Accept(ctx)
-				if err != nil {
-					ch <- accepted{err: err}
-					return
-				}
-				c, err := req.Accept(cm.ConnParam{QP: rs.qp, IRD: 16, ORD: 16, PrivateData: []byte("srv")})
-				ch <- accepted{c, req, err}
-			}()
-			ic, err := (&cm.Dialer{Config: cfgT(t, cm.Config{MPA: pol})}).Dial(ctx, l.Addr().String(), is.dev,
-				cm.ConnParam{QP: is.qp, IRD: 16, ORD: 16, PrivateData: []byte("cli")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ic.Abort()
-			a := <-ch
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			defer a.c.Abort()
+			ic, a := dialAccepted(t, ctx, cm.Config{MPA: pol}, rs, is,
+				cm.ConnParam{IRD: 16, ORD: 16, PrivateData: []byte("srv")}, cm.ConnParam{IRD: 16, ORD: 16, PrivateData: []byte("cli")})
 			if !ic.Params.SMBD || !a.c.Params.SMBD || ic.Params.Rev != 1 ||
 				!bytes.Equal(a.req.PrivateData, []byte("cli")) || !bytes.Equal(ic.PrivateData, []byte("srv")) {
 				t.Fatalf("params %+v / %+v, private data %q / %q", ic.Params, a.c.Params, a.req.PrivateData, ic.PrivateData)
