@@ -275,7 +275,7 @@ func TestSiwdBuildInfo(t *testing.T) {
 		rev += "-modified"
 	}
 	want := `gosiw_build_info{goversion="` + m[4] + `",revision="` + rev + `",version="` + m[1] + `"} 1`
-	if body := scrape(t, d.metrics); !strings.Contains(body, want) {
+	if body := testutil.Scrape(t, d.metrics); !strings.Contains(body, want) {
 		t.Errorf("no %s in the metrics:\n%s", want, firstLines(body, "gosiw_"))
 	}
 }
