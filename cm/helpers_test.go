@@ -318,3 +318,37 @@ func (c *eventClock) late(id *cm.ID) []cm.EventType {
 	}
 	return out
 }
+
+// replyingPeer plays the responder for one Connect: it listens on
+// loopback, accepts one connection, reads its MPA Request, hands the
+// connection to answer, and then sends on after all the initiator sends
+// until it closes or waitLimit passes (nil when accepting or reading the
+// Request failed). It closes the connection then; the listener closes
+// with t's cleanup. addr is the listener's address.
+func replyingPeer(t *testing.T, answer func(*net.TCPConn)) (addr string, after <-chan []byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ch := make(chan []byte, 1)
+	go func() {
+		cn, err := ln.Accept()
+		if err != nil {
+			ch <- nil
+			return
+		}
+		tc := cn.(*net.TCPConn)
+		defer tc.Close()
+		if _, err := readFrameQuiet(tc); err != nil {
+			ch <- nil
+			return
+		}
+		answer(tc)
+		_ = tc.SetReadDeadline(time.Now().Add(waitLimit))
+		b, _ := io.ReadAll(tc)
+		ch <- b
+	}()
+	return ln.Addr().String(), ch
+}

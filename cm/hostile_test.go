@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"syscall"
@@ -289,36 +288,14 @@ func TestHostileResponders(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			after := make(chan []byte, 1)
-			go func() {
-				cn, err := ln.Accept()
-				if err != nil {
-					after <- nil
-					return
-				}
-				tc := cn.(*net.TCPConn)
-				defer tc.Close()
-				if _, err := readFrameQuiet(tc); err != nil {
-					after <- nil
-					return
-				}
-				c.answer(tc)
-				_ = tc.SetReadDeadline(time.Now().Add(waitLimit))
-				b, _ := io.ReadAll(tc)
-				after <- b
-			}()
+			addr, after := replyingPeer(t, c.answer)
 			r := newRecorder(t)
 			id := cm.NewID(dev, r.handle)
 			defer id.Destroy()
 			if err := id.SetConfig(cfgT(t, c.cfg)); err != nil {
 				t.Fatal(err)
 			}
-			if err := id.Connect(ln.Addr().String(), cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err != nil {
+			if err := id.Connect(addr, cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err != nil {
 				t.Fatal(err)
 			}
 			ev := r.wait(id, cm.EventConnectReply).ev

@@ -41,6 +41,50 @@ func newIRDSide(t *testing.T, maxIRD int) *irdSide {
 	return s
 }
 
+// accepted is the responder's end of a connection dialAccepted set up.
+type accepted struct {
+	c   *cm.Conn
+	req *cm.Request
+	err error
+}
+
+// dialAccepted connects is (the initiator, dialing with ip) to rs (the
+// responder, listening on loopback and accepting with rp) through the cm,
+// with cfg on both sides; the params' QPs are the sides'. It fails t if
+// either end fails. Both Conns are aborted and the listener closed with
+// t's cleanup.
+func dialAccepted(t *testing.T, ctx context.Context, cfg cm.Config, rs, is *irdSide, rp, ip cm.ConnParam) (*cm.Conn, accepted) {
+	t.Helper()
+	l, err := cm.Listen(ctx, "127.0.0.1:0", rs.dev, cfgT(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ch := make(chan accepted, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			ch <- accepted{err: err}
+			return
+		}
+		rp.QP = rs.qp
+		c, err := req.Accept(rp)
+		ch <- accepted{c, req, err}
+	}()
+	ip.QP = is.qp
+	ic, err := (&cm.Dialer{Config: cfgT(t, cfg)}).Dial(ctx, l.Addr().String(), is.dev, ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ic.Abort() })
+	a := <-ch
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	t.Cleanup(func() { a.c.Abort() })
+	return ic, a
+}
+
 // readAll posts n Reads of peer's memory at once and waits for them: the
 // engine keeps as many outstanding as the handshake settled as its ORD,
 // i.e. the whole IRD the peer advertised. Every one must succeed.
@@ -93,37 +137,7 @@ func TestIRDClampAdvertised(t *testing.T) {
 					rLimit, iLimit = 0, limit
 				}
 				rs, is := newIRDSide(t, rLimit), newIRDSide(t, iLimit)
-				l, err := cm.Listen(ctx, "127.0.0.1:0", rs.dev, cfgT(t, cm.Config{}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Close()
-				type accepted struct {
-					c   *cm.Conn
-					req *cm.Request
-					err error
-				}
-				ch := make(chan accepted, 1)
-				go func() {
-					req, err := l.Accept(ctx)
-					if err != nil {
-						ch <- accepted{err: err}
-						return
-					}
-					c, err := req.Accept(cm.ConnParam{QP: rs.qp, IRD: asked, ORD: 16})
-					ch <- accepted{c, req, err}
-				}()
-				ic, err := (&cm.Dialer{Config: cfgT(t, cm.Config{})}).Dial(ctx, l.Addr().String(), is.dev,
-					cm.ConnParam{QP: is.qp, IRD: asked, ORD: 16})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ic.Abort()
-				a := <-ch
-				if a.err != nil {
-					t.Fatal(a.err)
-				}
-				defer a.c.Abort()
+				ic, a := dialAccepted(t, ctx, cm.Config{}, rs, is, cm.ConnParam{IRD: asked, ORD: 16}, cm.ConnParam{IRD: asked, ORD: 16})
 				if dir == "accept" {
 					// The Reply's IRD is the initiator's ORD.
 					if a.c.Params.IRD != limit || ic.Params.ORD != limit {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -224,37 +223,8 @@ func TestSMBDQPLimits(t *testing.T) {
 				rLimit, iLimit = 0, limit
 			}
 			rs, is := newIRDSide(t, rLimit), newIRDSide(t, iLimit)
-			l, err := cm.Listen(ctx, "127.0.0.1:0", rs.dev, cfgT(t, cm.Config{MPA: pol}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			type accepted struct {
-				c   *cm.Conn
-				req *cm.Request
-				err error
-			}
-			ch := make(chan accepted, 1)
-			go func() {
-				req, err := l.Accept(ctx)
-				if err != nil {
-					ch <- accepted{err: err}
-					return
-				}
-				c, err := req.Accept(cm.ConnParam{QP: rs.qp, IRD: 16, ORD: 16, PrivateData: []byte("srv")})
-				ch <- accepted{c, req, err}
-			}()
-			ic, err := (&cm.Dialer{Config: cfgT(t, cm.Config{MPA: pol})}).Dial(ctx, l.Addr().String(), is.dev,
-				cm.ConnParam{QP: is.qp, IRD: 16, ORD: 16, PrivateData: []byte("cli")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ic.Abort()
-			a := <-ch
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			defer a.c.Abort()
+			ic, a := dialAccepted(t, ctx, cm.Config{MPA: pol}, rs, is,
+				cm.ConnParam{IRD: 16, ORD: 16, PrivateData: []byte("srv")}, cm.ConnParam{IRD: 16, ORD: 16, PrivateData: []byte("cli")})
 			if !ic.Params.SMBD || !a.c.Params.SMBD || ic.Params.Rev != 1 ||
 				!bytes.Equal(a.req.PrivateData, []byte("cli")) || !bytes.Equal(ic.PrivateData, []byte("srv")) {
 				t.Fatalf("params %+v / %+v, private data %q / %q", ic.Params, a.c.Params, a.req.PrivateData, ic.PrivateData)
@@ -386,36 +356,14 @@ func TestHostileSMBDResponders(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			after := make(chan []byte, 1)
-			go func() {
-				cn, err := ln.Accept()
-				if err != nil {
-					after <- nil
-					return
-				}
-				tc := cn.(*net.TCPConn)
-				defer tc.Close()
-				if _, err := readFrameQuiet(tc); err != nil {
-					after <- nil
-					return
-				}
-				_, _ = tc.Write(c.reply)
-				_ = tc.SetReadDeadline(time.Now().Add(waitLimit))
-				b, _ := io.ReadAll(tc)
-				after <- b
-			}()
+			addr, after := replyingPeer(t, func(tc *net.TCPConn) { _, _ = tc.Write(c.reply) })
 			r := newRecorder(t)
 			id := cm.NewID(dev, r.handle)
 			defer id.Destroy()
 			if err := id.SetConfig(cfgT(t, cm.Config{MPA: mpa.Policy{Rev: 1, SMBD: true}})); err != nil {
 				t.Fatal(err)
 			}
-			if err := id.Connect(ln.Addr().String(), cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err != nil {
+			if err := id.Connect(addr, cm.ConnParam{QP: testutil.NewFakeQP(), IRD: 1, ORD: 1}); err != nil {
 				t.Fatal(err)
 			}
 			ev := r.wait(id, cm.EventConnectReply).ev

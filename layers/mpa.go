@@ -145,10 +145,12 @@ func (m *MPA) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		return errStreamOffset
 	}
 	// A marker may sit right where the FPDU begins; it belongs to this
-	// FPDU (RFC 5044 §5) and precedes ULPDU_Length.
+	// FPDU (RFC 5044 §5) and precedes ULPDU_Length, which then ends where
+	// mpa's marker layout puts the FPDU's first LengthFieldLen bytes.
 	lenAt := 0
-	if fr.Markers && fr.StreamOffset%mpa.MarkerInterval == 0 {
-		lenAt = mpa.MarkerLen
+	if fr.Markers {
+		ml, _ := mpa.MarkedLen(fr.StreamOffset, mpa.LengthFieldLen)
+		lenAt = ml - mpa.LengthFieldLen
 	}
 	if len(data) < lenAt+mpa.LengthFieldLen {
 		df.SetTruncated()
@@ -170,7 +172,7 @@ func (m *MPA) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		body = m.plain
 	}
 	if fr.Markers {
-		m.MarkersValid = markersValid(raw, fr.StreamOffset)
+		m.MarkersValid = mpa.MarkersValid(raw, fr.StreamOffset)
 	}
 	f, err := mpa.ParseFPDU(body, false)
 	if err != nil {
@@ -189,18 +191,6 @@ func (m *MPA) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 		m.CRCValid = mpa.UpdateCRC(0, raw[:wire-mpa.CRCLen]) == mpa.GetCRC(raw[wire-mpa.CRCLen:])
 	}
 	return nil
-}
-
-// markersValid checks every marker in the marked FPDU raw that starts at
-// stream offset pos: RESERVED zero, FPDUPTR the distance back to pos.
-func markersValid(raw []byte, pos uint64) bool {
-	first := (mpa.MarkerInterval - int(pos%mpa.MarkerInterval)) % mpa.MarkerInterval
-	for i := first; i+mpa.MarkerLen <= len(raw); i += mpa.MarkerInterval {
-		if binary.BigEndian.Uint16(raw[i:]) != 0 || binary.BigEndian.Uint16(raw[i+2:]) != uint16(i) {
-			return false
-		}
-	}
-	return true
 }
 
 // SerializeTo frames the bytes already in b (the ULPDU) as one FPDU:

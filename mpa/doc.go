@@ -24,12 +24,13 @@
 // frame.go, fpdu.go and markers.go hold pure functions over byte slices:
 // ParseFrame/AppendFrame for Request and Reply frames (a struct, since a
 // frame is parsed once per connection), ParseFPDU/AppendFPDU, PadLen and
-// the CRC helpers for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen for
-// markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do
+// the CRC helpers for FPDUs, InsertMarkers/RemoveMarkers/MarkedLen/
+// MarkersValid for markers, MULPDU for the segment-size rule of RFC 5044 §4.5. They do
 // not allocate (beyond growing a caller's too-small buffer), keep no
 // state and are safe for concurrent use. Where markers fall and what
 // they hold is computed in one place (markers.go), which InsertMarkers,
-// RemoveMarkers, MarkedLen, the Writer and the Reader share. Every
+// RemoveMarkers, MarkedLen, MarkersValid, the Writer and the Reader
+// share (and package layers through them). Every
 // malformed Request/Reply case has its own error (ErrTruncated,
 // ErrBadKey, *RevisionError matching ErrUnknownRevision, ErrPDTooLong,
 // ErrEnhancedShort, ErrReservedBits; ErrSMBDShort and ErrSMBDZero for the

@@ -28,6 +28,35 @@ var pipeTimers = goleak.IgnoreTopFunction("net.(*pipeDeadline).set.func1")
 // handshake tests check for leaked goroutines one by one instead of with a
 // TestMain of their own.
 
+// expectPeerGot closes local and checks that peer, the other end, read
+// exactly want before the end of the stream.
+func expectPeerGot(t *testing.T, peer, local net.Conn, want []byte) {
+	t.Helper()
+	local.Close()
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	back, _ := io.ReadAll(peer)
+	if !bytes.Equal(back, want) {
+		t.Errorf("peer got % x, want % x", back, want)
+	}
+}
+
+// replyingPeer plays the responder on b (a loopback TCP end): it reads
+// the Request (one read), writes reply, half-closes, and sends on the
+// channel all the initiator sent after it.
+func replyingPeer(b net.Conn, reply []byte) <-chan []byte {
+	peer := make(chan []byte, 1)
+	go func() {
+		buf := make([]byte, 600)
+		_, _ = b.Read(buf)
+		_, _ = b.Write(reply)
+		_ = b.(*net.TCPConn).CloseWrite()
+		_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		back, _ := io.ReadAll(b)
+		peer <- back
+	}()
+	return peer
+}
+
 // pipePair returns the two ends of a connection: a net.Pipe or loopback TCP.
 func pipePair(t *testing.T, tcp bool) (a, b net.Conn) {
 	t.Helper()
@@ -506,12 +535,7 @@ func TestResponderAnswers(t *testing.T) {
 			if !errors.As(err, &hs) || hs.Answer != c.answer || !errors.Is(err, c.cause) {
 				t.Fatalf("got %v, want answer %v cause %v", err, c.answer, c.cause)
 			}
-			b.Close()
-			_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
-			back, _ := io.ReadAll(a)
-			if !bytes.Equal(back, c.reply) {
-				t.Errorf("peer got % x, want % x", back, c.reply)
-			}
+			expectPeerGot(t, a, b, c.reply)
 		})
 	}
 }
@@ -548,17 +572,7 @@ func TestInitiatorAnswers(t *testing.T) {
 			a, b := pipePair(t, true)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			peer := make(chan []byte, 1)
-			go func() {
-				buf := make([]byte, 600)
-				n, _ := b.Read(buf)
-				_ = n
-				_, _ = b.Write(c.reply)
-				_ = b.(*net.TCPConn).CloseWrite()
-				_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
-				back, _ := io.ReadAll(b)
-				peer <- back
-			}()
+			peer := replyingPeer(b, c.reply)
 			_, err := (&Initiator{Policy: &c.pol, IRD: c.ird, ORD: 1, Terminate: term}).Handshake(ctx, a)
 			var hs *HandshakeError
 			if !errors.As(err, &hs) || hs.Answer != c.answer || hs.Code != c.code || !errors.Is(err, c.cause) {

@@ -78,6 +78,30 @@ func markedLen(pos uint64, n int) (total, markers int) {
 // when it starts at stream offset pos, and how many markers it holds.
 func MarkedLen(pos uint64, n int) (total, markers int) { return markedLen(pos, n) }
 
+// MarkersValid reports whether every marker in fpdu (the bytes of one
+// FPDU with its markers, as on the wire, starting at stream offset pos) is
+// the one InsertMarkers writes there: RESERVED zero and FPDUPTR the
+// distance back to pos. A marker cut by the end of fpdu is checked as far
+// as it goes; bytes between markers are not looked at. It does not
+// allocate. A receiver that finds a wrong marker may answer with
+// TermMarker.
+func MarkersValid(fpdu []byte, pos uint64) bool {
+	p := pos
+	for len(fpdu) > 0 {
+		marker, k := markerSpan(p)
+		k = min(k, len(fpdu))
+		if marker {
+			var buf [MarkerLen]byte
+			if want := appendMarker(buf[:0], p, pos); string(fpdu[:k]) != string(want[:k]) {
+				return false
+			}
+		}
+		fpdu = fpdu[k:]
+		p += uint64(k)
+	}
+	return true
+}
+
 // InsertMarkers appends fpdu (a whole FPDU without markers, CRC field
 // included but not yet computed) to dst with markers inserted as if it
 // started at stream offset pos. If crc is set it computes the CRC over the

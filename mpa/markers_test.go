@@ -119,6 +119,37 @@ func TestMarkersEveryOffset(t *testing.T) {
 	}
 }
 
+// TestMarkersValid: at every start offset, the markers the reference
+// writes are valid (also cut anywhere), a change to any marker byte makes
+// them invalid, and a change to a byte between markers does not.
+func TestMarkersValid(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, n := range markerTestSizes() {
+		fpdu := mpa.AppendFPDU(nil, nil, randBytes(r, n), false)
+		for off := uint64(0); off < 512; off++ {
+			for _, base := range []uint64{0, 1<<64 - 512} {
+				pos := base + off
+				got := naiveInsert(fpdu, pos, false)
+				if !mpa.MarkersValid(got, pos) {
+					t.Fatalf("n=%d pos=%d: InsertMarkers' markers invalid", n, pos)
+				}
+				if c := r.IntN(len(got) + 1); !mpa.MarkersValid(got[:c], pos) {
+					t.Fatalf("n=%d pos=%d: markers invalid when cut at %d", n, pos, c)
+				}
+				for i := range got {
+					bit := byte(1) << (i % 8)
+					got[i] ^= bit
+					isMarker := (pos+uint64(i))%512 < 4
+					if v := mpa.MarkersValid(got, pos); v == isMarker {
+						t.Fatalf("n=%d pos=%d: byte %d (marker %v) changed, MarkersValid %v", n, pos, i, isMarker, v)
+					}
+					got[i] ^= bit
+				}
+			}
+		}
+	}
+}
+
 func countMarkers(pos uint64, n int) int {
 	c := 0
 	for i := range n {
@@ -228,5 +259,10 @@ func TestMarkersAllocs(t *testing.T) {
 		_ = mpa.RemoveMarkers(dst2[:0], marked, 100)
 	}); a != 0 {
 		t.Errorf("RemoveMarkers: %v allocs", a)
+	}
+	if a := testing.AllocsPerRun(50, func() {
+		_ = mpa.MarkersValid(marked, 100)
+	}); a != 0 {
+		t.Errorf("MarkersValid: %v allocs", a)
 	}
 }

@@ -286,12 +286,7 @@ func TestSMBDResponderAnswers(t *testing.T) {
 					t.Errorf("revision 2 private data % x, want the 8 bytes untouched", r.Request().PrivateData)
 				}
 			}
-			b.Close()
-			_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
-			back, _ := io.ReadAll(a)
-			if !bytes.Equal(back, c.reply) {
-				t.Errorf("peer got % x, want % x", back, c.reply)
-			}
+			expectPeerGot(t, a, b, c.reply)
 		})
 	}
 }
@@ -334,16 +329,7 @@ func TestSMBDInitiatorAnswers(t *testing.T) {
 			a, b := pipePair(t, true)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			peer := make(chan []byte, 1)
-			go func() {
-				buf := make([]byte, 600)
-				_, _ = b.Read(buf)
-				_, _ = b.Write(c.reply)
-				_ = b.(*net.TCPConn).CloseWrite()
-				_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
-				back, _ := io.ReadAll(b)
-				peer <- back
-			}()
+			peer := replyingPeer(b, c.reply)
 			pol := c.pol
 			pol.Rev, pol.SMBD = Rev1, true
 			res, err := (&Initiator{Policy: &pol, IRD: 1, ORD: 1, Terminate: term}).Handshake(ctx, a)

@@ -9,36 +9,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
-
-// inNetns runs f on a thread that has joined network namespace name. The
-// thread is locked and thrown away afterwards (never returned to the
-// scheduler in the other namespace).
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // no unlock: the thread dies with the goroutine
-		fd, err := unix.Open("/var/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- os.NewSyscallError("setns", err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
 
 // netnsPair creates two network namespaces joined by a veth pair (MTU
 // 1500) and returns a TCP connection between them.
@@ -81,7 +56,7 @@ func netnsPair(t *testing.T) (net.Conn, net.Conn) {
 		}
 	}
 	var ln net.Listener
-	if err := inNetns(a, func() (err error) {
+	if err := rdmaptest.InNetns(a, func() (err error) {
 		ln, err = net.Listen("tcp", "10.199.0.1:0")
 		return err
 	}); err != nil {
@@ -94,7 +69,7 @@ func netnsPair(t *testing.T) (net.Conn, net.Conn) {
 		acc <- c
 	}()
 	var cb net.Conn
-	if err := inNetns(b, func() (err error) {
+	if err := rdmaptest.InNetns(b, func() (err error) {
 		cb, err = net.Dial("tcp", ln.Addr().String())
 		return err
 	}); err != nil {

@@ -243,25 +243,9 @@ func TestProbePerfResponder(t *testing.T) {
 // A peer that speaks another protocol is named as such, with what it said.
 func TestProbeNotIWARP(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
-			c.Close()
-		}
-	}()
-	defer func() { ln.Close(); <-done }()
-	_, err = runProbe(context.Background(), ln.Addr().String(), probeOptions{timeout: 2 * time.Second})
-	want := `probe: not an iWARP peer: ` + ln.Addr().String() + ` answered "SSH-2.0-OpenSSH_9.2" to an MPA Request`
+	addr := testutil.ForeignServer(t, []byte("SSH-2.0-OpenSSH_9.2\r\n"), true)
+	_, err := runProbe(context.Background(), addr, probeOptions{timeout: 2 * time.Second})
+	want := `probe: not an iWARP peer: ` + addr + ` answered "SSH-2.0-OpenSSH_9.2" to an MPA Request`
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %s", err, want)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gosiw/gosiw/internal/nvmeof"
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -62,7 +63,7 @@ func TestNVMeFromFlags(t *testing.T) {
 
 	srv := httptest.NewServer(m.Handler(s.Healthy))
 	defer srv.Close()
-	body := scrape(t, srv.URL+"/metrics")
+	body := testutil.Scrape(t, srv.URL+"/metrics")
 	for _, want := range []string{
 		`siwd_nvme_commands_total{opcode="write",queue="io",status="success"} 1`,
 		`siwd_nvme_commands_total{opcode="connect",queue="admin",status="success"} 2`,

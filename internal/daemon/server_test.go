@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -20,6 +18,7 @@ import (
 	"github.com/gosiw/gosiw/cm"
 	"github.com/gosiw/gosiw/internal/proto"
 	"github.com/gosiw/gosiw/internal/rping"
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -74,7 +73,7 @@ func TestRpingThroughDaemon(t *testing.T) {
 	// The metrics endpoint reports the traffic.
 	srv := httptest.NewServer(m.Handler(s.Healthy))
 	defer srv.Close()
-	body := scrape(t, srv.URL+"/metrics")
+	body := testutil.Scrape(t, srv.URL+"/metrics")
 	for _, want := range []string{
 		`siwd_handshakes_total{reason="",result="accepted"} 1`,
 		`siwd_operations_total{dir="tx",opcode="read_request"} 5`,
@@ -85,20 +84,9 @@ func TestRpingThroughDaemon(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if h := scrape(t, srv.URL+"/healthz"); h != "ok\n" {
+	if h := testutil.Scrape(t, srv.URL+"/healthz"); h != "ok\n" {
 		t.Errorf("healthz = %q", h)
 	}
-}
-
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 func TestACLRefusalCarriesReason(t *testing.T) {
@@ -137,7 +125,7 @@ func TestACLRefusalCarriesReason(t *testing.T) {
 func testCounter(t *testing.T, m *Metrics, series string) string {
 	srv := httptest.NewServer(m.Handler(func() error { return nil }))
 	defer srv.Close()
-	for _, line := range strings.Split(scrape(t, srv.URL+"/metrics"), "\n") {
+	for _, line := range strings.Split(testutil.Scrape(t, srv.URL+"/metrics"), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
 		}

@@ -15,7 +15,14 @@ import (
 // anything.
 func RefusedAddr(tb testing.TB) string {
 	tb.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// Not every Unix has SOCK_CLOEXEC: set close-on-exec under ForkLock,
+	// as the net package does there, so no child inherits the socket.
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		tb.Fatalf("testutil: socket: %v", err)
 	}

@@ -102,18 +102,6 @@ func idleQPMemory(n int) (res idleResult, err error) {
 		return res, err
 	}
 	defer ln.Close()
-	pair := func() (net.Conn, net.Conn, error) {
-		c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := ln.Accept()
-		if err != nil {
-			c.Close()
-			return nil, nil, err
-		}
-		return c, s, nil
-	}
 
 	var devs [2]*rdmap.Device
 	var pds [2]*rdmap.PD
@@ -164,7 +152,7 @@ func idleQPMemory(n int) (res idleResult, err error) {
 	m := newIdleMeter(n)
 	g0 := runtime.NumGoroutine()
 	for i := range n {
-		if socks[i][0], socks[i][1], err = pair(); err != nil {
+		if socks[i][0], socks[i][1], err = dialAccept(ln); err != nil {
 			return res, err
 		}
 	}

@@ -580,6 +580,12 @@ func loopbackPair() (net.Conn, net.Conn, error) {
 		return nil, nil, err
 	}
 	defer ln.Close()
+	return dialAccept(ln)
+}
+
+// dialAccept dials ln and accepts that connection: the dialing end and
+// the accepted end. ln stays open.
+func dialAccept(ln *net.TCPListener) (net.Conn, net.Conn, error) {
 	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
 	if err != nil {
 		return nil, nil, err

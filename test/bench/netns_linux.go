@@ -10,11 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
 
 // vethLink is two network namespaces joined by a veth pair with a
@@ -128,33 +129,11 @@ func (v *vethLink) close() {
 	}
 }
 
-// inNetns runs f on a locked thread that has joined network namespace
-// name; the thread is thrown away afterwards (the goroutine exits
-// locked), never returned to the scheduler in the other namespace.
-func inNetns(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // no unlock: the thread dies with the goroutine
-		fd, err := unix.Open(filepath.Join("/var/run/netns", name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- os.NewSyscallError("setns", err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 // pair returns a TCP connection across the veth: the dialing end (in
 // namespace b) and the accepted end (in namespace a).
 func (v *vethLink) pair() (net.Conn, net.Conn, error) {
 	var ln net.Listener
-	if err := inNetns(v.nsA, func() (err error) {
+	if err := rdmaptest.InNetns(v.nsA, func() (err error) {
 		ln, err = net.Listen("tcp", net.JoinHostPort(v.addrA, "0"))
 		return err
 	}); err != nil {
@@ -162,7 +141,7 @@ func (v *vethLink) pair() (net.Conn, net.Conn, error) {
 	}
 	defer ln.Close()
 	var c net.Conn
-	if err := inNetns(v.nsB, func() (err error) {
+	if err := rdmaptest.InNetns(v.nsB, func() (err error) {
 		c, err = net.Dial("tcp", ln.Addr().String())
 		return err
 	}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/gosiw/gosiw/mpa"
 )
 
 // The mirrored baselines (a diagnostic: no target is judged against
@@ -23,10 +25,6 @@ import (
 //	reqresp   (read)         app -> sender ==> receiver -> sender ==> receiver -> app
 //	pingpong                 app -> sender ==> receiver -> app -> sender ==> receiver -> app
 //	echo      (bare, bare.go) app ==> app ==> app                 (no handoffs)
-
-// Largest batch one writev carries (the QP's send engine stops a batch at
-// 512 KiB).
-const maxBatchBytes = 512 << 10
 
 // readRequestLen is the size of the raw read request: an RDMAP Read
 // Request header.
@@ -86,7 +84,10 @@ func (f *rawFixture) deadline(t time.Time) {
 // for the data they wrote): the next run's sender reuses the iovec
 // array, which Writev still updates after the system call.
 func sender(conn net.Conn, in, done chan int, n int, msg []byte, iov *[][]byte, nb *net.Buffers, errc chan<- error) {
-	per := max(1, maxBatchBytes/len(msg))
+	// As many messages as the QP's send engine puts in one writev: its
+	// mpa.Writer takes no more ULPDUs once they add up to more than
+	// mpa.WriterMaxBytes.
+	per := max(1, mpa.WriterMaxBytes/len(msg))
 	per = min(per, cap(*iov))
 	for sent := 0; sent < n; {
 		k := <-in

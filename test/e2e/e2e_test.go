@@ -8,9 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,17 +134,6 @@ func siw(t *testing.T, args ...string) (string, int) {
 	return string(out), code
 }
 
-func scrape(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
-
 func metricValue(body, series string) string {
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
@@ -171,7 +158,7 @@ func TestPingAgainstSiwd(t *testing.T) {
 			t.Fatalf("summary missing:\n%s", out)
 		}
 	}
-	body := scrape(t, strings.TrimSuffix(d.metrics, "/metrics")+"/metrics")
+	body := testutil.Scrape(t, strings.TrimSuffix(d.metrics, "/metrics")+"/metrics")
 	if v := metricValue(body, `siwd_handshakes_total{reason="",result="accepted"}`); v != "3" {
 		t.Errorf("accepted handshakes = %q, want 3", v)
 	}
@@ -182,7 +169,7 @@ func TestPingAgainstSiwd(t *testing.T) {
 	if v := metricValue(body, `siwd_bytes_total{dir="tx",opcode="rdma_write"}`); v != fmt.Sprint(4*(64+4096+65535)) {
 		t.Errorf("RDMA Write bytes = %q", v)
 	}
-	if h := scrape(t, strings.TrimSuffix(d.metrics, "/metrics")+"/healthz"); h != "ok\n" {
+	if h := testutil.Scrape(t, strings.TrimSuffix(d.metrics, "/metrics")+"/healthz"); h != "ok\n" {
 		t.Errorf("healthz = %q", h)
 	}
 	d.stop(t)
@@ -200,7 +187,7 @@ func TestACLRefusalSeenByClient(t *testing.T) {
 			t.Errorf("client output lacks %q:\n%s", want, out)
 		}
 	}
-	body := scrape(t, d.metrics)
+	body := testutil.Scrape(t, d.metrics)
 	if v := metricValue(body, `siwd_handshakes_total{reason="acl",result="rejected"}`); v != "1" {
 		t.Errorf("rejected handshakes = %q, want 1", v)
 	}
@@ -293,14 +280,14 @@ func TestPerfAgainstSiwd(t *testing.T) {
 			t.Fatalf("siw %v: no JSON summary:\n%s", args, out)
 		}
 	}
-	body := scrape(t, d.metrics)
+	body := testutil.Scrape(t, d.metrics)
 	if v := metricValue(body, `siwd_handshakes_total{reason="",result="accepted"}`); v != "4" {
 		t.Errorf("accepted handshakes = %q, want 4 (one per perf run)", v)
 	}
 	// The last connection's QP is released once siwd has seen it end.
-	for end := time.Now().Add(10 * time.Second); metricValue(scrape(t, d.metrics), `siwd_qps`) != "0"; time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); metricValue(testutil.Scrape(t, d.metrics), `siwd_qps`) != "0"; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Errorf("QPs in use after the runs = %q, want 0", metricValue(scrape(t, d.metrics), `siwd_qps`))
+			t.Errorf("QPs in use after the runs = %q, want 0", metricValue(testutil.Scrape(t, d.metrics), `siwd_qps`))
 			break
 		}
 	}
@@ -396,7 +383,7 @@ func TestMemoryBudgetFlags(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "over the limit of 32768 per connection") {
 		t.Fatalf("perf write (64 KiB messages) with 32 KiB per connection: exit %d\n%s", code, out)
 	}
-	if v := metricValue(scrape(t, d.metrics), `siwd_handshakes_total{reason="perf",result="rejected"}`); v != "1" {
+	if v := metricValue(testutil.Scrape(t, d.metrics), `siwd_handshakes_total{reason="perf",result="rejected"}`); v != "1" {
 		t.Errorf("rejected perf handshakes = %q, want 1", v)
 	}
 	d.stop(t)
@@ -434,15 +421,15 @@ func TestStrangersDoNotDelayAllowedClients(t *testing.T) {
 		conns = append(conns, c)
 	}
 	// Wait until siwd has accepted and classed them all.
-	for end := time.Now().Add(60 * time.Second); metricValue(scrape(t, d.metrics), `siwd_admissions_total{class="refused"}`) != fmt.Sprint(strangers); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(60 * time.Second); metricValue(testutil.Scrape(t, d.metrics), `siwd_admissions_total{class="refused"}`) != fmt.Sprint(strangers); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("siwd classed %s of %d strangers", metricValue(scrape(t, d.metrics), `siwd_admissions_total{class="refused"}`), strangers)
+			t.Fatalf("siwd classed %s of %d strangers", metricValue(testutil.Scrape(t, d.metrics), `siwd_admissions_total{class="refused"}`), strangers)
 		}
 	}
 	if out, code := siw(t, "ping", "-c", "-a", host, "-p", port, "-C", "3"); code != 0 {
 		t.Fatalf("allowed client behind %d stalled strangers: exit %d\n%s", strangers, code, out)
 	}
-	body := scrape(t, d.metrics)
+	body := testutil.Scrape(t, d.metrics)
 	if v := metricValue(body, `siwd_handshakes_total{reason="timeout",result="failed"}`); v != "" {
 		t.Errorf("%s stranger handshakes timed out before the ping was done", v)
 	}

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,28 +157,11 @@ func TestProbePerfServer(t *testing.T) {
 
 // A peer that is not iWARP is named as such, with what it said.
 func TestNotIWARPPeer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
-			io.Copy(io.Discard, c)
-			c.Close()
-		}
-	}()
-	defer func() { ln.Close(); <-done }()
+	addr := testutil.ForeignServer(t, []byte("SSH-2.0-OpenSSH_9.2\r\n"), false)
 	for _, args := range [][]string{
-		{"probe", ln.Addr().String()},
-		{"perf", "write", "-t", "1", ln.Addr().String()},
-		{"region", "read", ln.Addr().String(), "x"},
+		{"probe", addr},
+		{"perf", "write", "-t", "1", addr},
+		{"region", "read", addr, "x"},
 	} {
 		_, errOut, code := run(t, "siw", args...)
 		if code == 0 || !strings.Contains(errOut, `not an iWARP peer: `) || !strings.Contains(errOut, `answered "SSH-2.0-OpenSSH_9.2"`) {
@@ -294,7 +275,7 @@ func TestSiwdBuildInfo(t *testing.T) {
 		rev += "-modified"
 	}
 	want := `gosiw_build_info{goversion="` + m[4] + `",revision="` + rev + `",version="` + m[1] + `"} 1`
-	if body := scrape(t, d.metrics); !strings.Contains(body, want) {
+	if body := testutil.Scrape(t, d.metrics); !strings.Contains(body, want) {
 		t.Errorf("no %s in the metrics:\n%s", want, firstLines(body, "gosiw_"))
 	}
 }

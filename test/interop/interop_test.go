@@ -116,16 +116,38 @@ func siw(args ...string) (string, error) {
 	return string(out), err
 }
 
+// interopCache is where the guest image is built and kept:
+// $INTEROP_CACHE, or gosiw-interop in the user's cache directory.
+func interopCache() string {
+	if c := os.Getenv("INTEROP_CACHE"); c != "" {
+		return c
+	}
+	home, _ := os.UserCacheDir()
+	return filepath.Join(home, "gosiw-interop")
+}
+
+// dialGuest dials the guest's forwarded port with cfg and p, retrying
+// (five tries, half a second apart) while slirp accepts and resets the
+// connection because the guest server is not listening yet. It returns
+// the last try's outcome.
+func dialGuest(ctx context.Context, port int, dev *rdmap.Device, cfg *cm.Config, p cm.ConnParam) (conn *cm.Conn, err error) {
+	for try := 0; try < 5; try++ {
+		conn, err = (&cm.Dialer{Config: cfg}).Dial(ctx, fmt.Sprintf("127.0.0.1:%d", port), dev, p)
+		var ce *cm.ConnectError
+		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return conn, err
+}
+
 var sizes = []int{64, 1024, 4096, 65535}
 
 const pings = 5
 
 func TestInterop(t *testing.T) {
-	cache := os.Getenv("INTEROP_CACHE")
-	if cache == "" {
-		home, _ := os.UserCacheDir()
-		cache = filepath.Join(home, "gosiw-interop")
-	}
+	cache := interopCache()
 	var tb table
 	defer tb.print()
 	g := bootGuest(t, cache)
@@ -354,15 +376,7 @@ func initiatorCase(policy mpa.Policy, check func(*cm.Conn, error) error) (string
 	defer e.Close()
 	e.Arm()
 	policy.MaxPrivateData = mpa.SiwMaxPrivateData
-	var conn *cm.Conn
-	for try := 0; try < 5; try++ {
-		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: policy}}).Dial(ctx, fmt.Sprintf("127.0.0.1:%d", fwdRping), dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
-		var ce *cm.ConnectError
-		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	conn, err := dialGuest(ctx, fwdRping, dev, &cm.Config{MPA: policy}, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
 	if err := check(conn, err); err != nil {
 		return "", err
 	}

@@ -42,11 +42,7 @@ const (
 )
 
 func TestInteropNVMe(t *testing.T) {
-	cache := os.Getenv("INTEROP_CACHE")
-	if cache == "" {
-		home, _ := os.UserCacheDir()
-		cache = filepath.Join(home, "gosiw-interop")
-	}
+	cache := interopCache()
 	var tb table
 	defer tb.print()
 	t.Run("siw-defaults", func(t *testing.T) { nvmeSession(t, &tb, cache, false) })

@@ -5,7 +5,6 @@ package interop
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -92,16 +91,8 @@ func cmaClient() (string, error) {
 		return "", err
 	}
 	defer s.close()
-	var conn *cm.Conn
-	for try := 0; try < 5; try++ {
-		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}}).Dial(ctx,
-			fmt.Sprintf("127.0.0.1:%d", fwdCMA), dev, cm.ConnParam{QP: s.qp, IRD: 1, ORD: 1})
-		var ce *cm.ConnectError
-		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	conn, err := dialGuest(ctx, fwdCMA, dev, &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}},
+		cm.ConnParam{QP: s.qp, IRD: 1, ORD: 1})
 	if err != nil {
 		return "", err
 	}
@@ -189,18 +180,10 @@ func cmatoseClient(count, size int) (string, error) {
 			return "", err
 		}
 	}
-	var conn *cm.Conn
-	for try := 0; try < 5; try++ {
-		// ucmatose's server sends as soon as it is established: take FPDUs
-		// that come with the Reply.
-		conn, err = (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData, AcceptEarlyFPDUs: true}}}).Dial(ctx,
-			fmt.Sprintf("127.0.0.1:%d", fwdCMA), dev, cm.ConnParam{QP: qp, IRD: 1, ORD: 1})
-		var ce *cm.ConnectError
-		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	// ucmatose's server sends as soon as it is established: take FPDUs
+	// that come with the Reply.
+	conn, err := dialGuest(ctx, fwdCMA, dev, &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData, AcceptEarlyFPDUs: true}},
+		cm.ConnParam{QP: qp, IRD: 1, ORD: 1})
 	if err != nil {
 		return "", err
 	}

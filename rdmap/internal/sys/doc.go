@@ -9,5 +9,7 @@
 // file-backed regions itself (internal/daemon, mapfile_linux.go).
 //
 // On systems other than Linux TCPMaxSeg and MapGuarded return
-// errors.ErrUnsupported; Readv and SockError exist on every Unix.
+// errors.ErrUnsupported; Readv and SockError exist on every Unix (where
+// golang.org/x/sys has no readv(2), Readv reads into the first non-empty
+// buffer only: a short read, which every caller handles).
 package sys
