@@ -3,6 +3,7 @@ package rdmap
 import (
 	"encoding/binary"
 	"net"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,15 +39,20 @@ const irqMaxBurst = 4
 // (untagged header and an Atomic Request), or a Terminate body.
 const maxCtrlHdr = 18 + 64
 
-// The send engine's buffers (rdmap/internal/bufpool): the FPDU writer's
-// scratch arena, taken when a QP starts and given back when it ends, and
-// its batch buffers with CRC, which the writer takes when a batch gets
-// its first byte and gives back when the batch is written (or the QP
-// ends), so the buffers in use are bounded by the batches being written
-// at once and an idle QP holds none.
+// The send engine's buffers: the FPDU writer's batch buffers with CRC
+// (sendBufPool) and its scratch arena and iovec array (package mpa's
+// pool), which the writer takes when a batch gets its first FPDU and
+// gives back when the batch is written (or the QP ends), and the batch's
+// list of memory references to drop after the write (releasePool), taken
+// with the first reference and given back once they are dropped: the
+// buffers in use are bounded by the batches being written at once, and
+// an idle QP holds none.
 var (
-	scratchPool = bufpool.New(mpa.WriterScratchLen)
 	sendBufPool = bufpool.New(mpa.WriterBufLen)
+	releasePool = sync.Pool{New: func() any {
+		s := make([]*MR, 0, 2*mpa.WriterMaxIOV)
+		return &s
+	}}
 )
 
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
@@ -92,12 +98,11 @@ type txEngine struct {
 	qp *QP
 
 	// Framing: FPDUs go into w's batch; headers are built in hdr.
-	w       mpa.Writer
-	scratch *[]byte // w's scratch arena, from scratchPool
-	hdr     [maxCtrlHdr]byte
-	ulpdu   int       // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
-	msn     [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
-	reqID   uint32    // last Atomic Request ID used
+	w     mpa.Writer
+	hdr   [maxCtrlHdr]byte
+	ulpdu int       // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
+	msn   [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
+	reqID uint32    // last Atomic Request ID used
 
 	// The job being transmitted (txPick starts it, txEmit continues it
 	// across batches).
@@ -118,7 +123,8 @@ type txEngine struct {
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	releases                  []*MR // references to drop once the batch is written
+	releases                  []*MR  // references to drop once the batch is written, in *releasesp
+	releasesp                 *[]*MR // from releasePool while releases is not empty
 
 	// Shutdown.
 	closeTimer *time.Timer
@@ -130,19 +136,13 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.qp = qp
 	t.ulpdu = ulpdu
 	t.msn = [4]uint32{1, 1, 1, 1}
-	t.scratch = scratchPool.Get()
 	t.w.Init(mpa.WriterConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersTx, MaxHeader: maxCtrlHdr,
-		Scratch: *t.scratch, Buffers: sendBufPool})
-	t.releases = make([]*MR, 0, 2*mpa.WriterMaxIOV)
+		Buffers: sendBufPool})
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 }
 
 func (t *txEngine) release() {
 	t.w.Release()
-	if t.scratch != nil {
-		scratchPool.Put(t.scratch)
-		t.scratch = nil
-	}
 	t.dropReleases()
 	t.dropJobRefs()
 	// A response being sent still has its IRQ slot (freed only when its
@@ -157,11 +157,25 @@ func (t *txEngine) release() {
 // dropReleases drops the references of the jobs queued in the batch
 // (after its write, or when the QP ends).
 func (t *txEngine) dropReleases() {
+	if t.releasesp == nil {
+		return
+	}
 	for i, mr := range t.releases {
 		mr.release()
 		t.releases[i] = nil
 	}
-	t.releases = t.releases[:0]
+	*t.releasesp = t.releases[:0]
+	releasePool.Put(t.releasesp)
+	t.releasesp, t.releases = nil, nil
+}
+
+// addRelease adds a reference to drop once the batch is written.
+func (t *txEngine) addRelease(mr *MR) {
+	if t.releasesp == nil {
+		t.releasesp = releasePool.Get().(*[]*MR)
+		t.releases = (*t.releasesp)[:0]
+	}
+	t.releases = append(t.releases, mr)
 }
 
 // txLoop is the send goroutine.
@@ -636,7 +650,7 @@ func (t *txEngine) finishWR() {
 	t.queuedUpTo = t.wrIdx + 1
 	t.job, t.wr = jobNone, nil
 	for i := range t.njobRefs {
-		t.releases = append(t.releases, t.jobRefs[i])
+		t.addRelease(t.jobRefs[i])
 		t.jobRefs[i] = nil
 	}
 	t.njobRefs = 0
@@ -776,7 +790,7 @@ func (qp *QP) txEmitResponse() bool {
 			}
 		}
 		if r.mr != nil {
-			t.releases = append(t.releases, r.mr)
+			t.addRelease(r.mr)
 		}
 	}
 	qp.sqMu.Lock()
