@@ -189,7 +189,10 @@ type QP struct {
 	sq     ring[sqEntry] // +checklocks:sqMu
 	sqNext uint64        // +checklocks:sqMu
 	sqMode postMode      // +checklocks:sqMu
-	inline []byte        // MaxInline bytes per SQ slot (sq.slot)
+	// inline holds MaxInline bytes per SQ slot (sq.slot), allocated at
+	// the first inline post under sqMu, before the entry that uses it is
+	// pushed: the send engine reads it for entries it took under sqMu.
+	inline []byte
 	// orq holds the outstanding Reads and atomics (limit: the ORD), irq
 	// the inbound Read and Atomic Requests to answer (limit: the IRD);
 	// Start makes both.
@@ -277,7 +280,6 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	}
 	qp.lg = d.lg.With(zap.Uint32("qpn", qp.qpn))
 	qp.sq = newRing[sqEntry](c.MaxSendWR)
-	qp.inline = make([]byte, len(qp.sq.buf)*c.MaxInline)
 	if c.SRQ == nil {
 		qp.rq = newRQRing(c.MaxRecvWR)
 	}
@@ -727,6 +729,10 @@ func (qp *QP) PostSend(wr SendWR) error {
 	var total uint64
 	if wr.InlineData != nil {
 		e.inline = true
+		if qp.inline == nil {
+			// At the first inline post: MaxInline bytes per SQ slot.
+			qp.inline = make([]byte, qp.sq.slots()*qp.cfg.MaxInline)
+		}
 		n := copy(qp.inline[slot*qp.cfg.MaxInline:], wr.InlineData)
 		total = uint64(n)
 	} else {
