@@ -19,26 +19,21 @@ package rdmap
 // push only, under the owner's lock; at, peek and pop are for live
 // entries, whose chunks exist.
 type ring[T any] struct {
-	chunks     [][]T // chunk k holds slots k<<shift ..; nil until used
-	shift      uint  // log2 of the chunk length
+	chunks     []*[ringChunk]T // chunk k holds slots k*ringChunk ..; nil until used
 	mask       uint64
 	limit      int
 	head, tail uint64
 }
 
-// ringChunk is the most slots a ring allocates at once.
+// ringChunk is how many slots a ring allocates at once (a power of two;
+// a ring of fewer slots allocates one chunk, part of it unused).
 const ringChunk = 4
 
 // newRing returns an empty ring that holds limit entries (at least one
 // slot, so that a ring of limit 0 has a valid at once pushed).
 func newRing[T any](limit int) ring[T] {
 	n := ringSize(max(limit, 1))
-	c := min(n, ringChunk)
-	shift := uint(0)
-	for 1<<shift < c {
-		shift++
-	}
-	return ring[T]{chunks: make([][]T, n/c), shift: shift, mask: uint64(n - 1), limit: limit}
+	return ring[T]{chunks: make([]*[ringChunk]T, (n+ringChunk-1)/ringChunk), mask: uint64(n - 1), limit: limit}
 }
 
 // slots returns the number of slots of the ring's array (allocated or
@@ -47,7 +42,7 @@ func (r *ring[T]) slots() int { return int(r.mask) + 1 }
 
 // ref returns slot s, which must be allocated.
 func (r *ring[T]) ref(s uint64) *T {
-	return &r.chunks[s>>r.shift][s&(1<<r.shift-1)]
+	return &r.chunks[s/ringChunk][s%ringChunk]
 }
 
 // ringSize returns the smallest power of two that is at least n.
@@ -89,8 +84,8 @@ func (r *ring[T]) peek() *T {
 // guarantees.
 func (r *ring[T]) push() *T {
 	s := r.tail & r.mask
-	if k := s >> r.shift; r.chunks[k] == nil {
-		r.chunks[k] = make([]T, 1<<r.shift)
+	if k := s / ringChunk; r.chunks[k] == nil {
+		r.chunks[k] = new([ringChunk]T)
 	}
 	r.tail++
 	return r.ref(s)
