@@ -366,10 +366,15 @@ func (qp *QP) setStateLocked(s QPState) error {
 	return nil
 }
 
+// ring rings the send engine's doorbell, and starts the send goroutine
+// if it parked (see txParked).
 func (qp *QP) ring() {
 	select {
 	case qp.bell <- struct{}{}:
 	default:
+	}
+	if qp.tx.state.Load() == txParked && qp.tx.state.CompareAndSwap(txParked, txRunning) {
+		go qp.tx.restart() // a func value without arguments: no allocation
 	}
 }
 
@@ -424,6 +429,7 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 		return err
 	}
 	qp.started = true
+	qp.tx.state.Store(txRunning)
 	go qp.rxLoop(conn)
 	go qp.txLoop(conn)
 	qp.lg.Info("qp connected",

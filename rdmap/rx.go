@@ -299,6 +299,7 @@ func (rx *rxEngine) gotFirst() {
 	if !rx.peerSpoke {
 		rx.peerSpoke = true
 		close(rx.qp.rxFirst)
+		rx.qp.ring() // a responder's send engine parked until now
 	}
 }
 

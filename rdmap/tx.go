@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -126,6 +127,13 @@ type txEngine struct {
 	releases                  []*MR  // references to drop once the batch is written, in *releasesp
 	releasesp                 *[]*MR // from releasePool while releases is not empty
 
+	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
+	// connection a restarted one writes to; whether txGate has opened.
+	state   atomic.Int32
+	conn    net.Conn
+	gated   bool
+	restart func() // txLoop on conn, made once
+
 	// Shutdown.
 	closeTimer *time.Timer
 	halfClose  bool  // the connection has CloseWrite
@@ -134,6 +142,8 @@ type txEngine struct {
 
 func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.qp = qp
+	t.conn = qp.conn
+	t.restart = func() { qp.txLoop(t.conn) }
 	t.ulpdu = ulpdu
 	t.msn = [4]uint32{1, 1, 1, 1}
 	t.w.Init(mpa.WriterConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersTx, MaxHeader: maxCtrlHdr,
@@ -178,17 +188,70 @@ func (t *txEngine) addRelease(mr *MR) {
 	t.releases = append(t.releases, mr)
 }
 
-// txLoop is the send goroutine.
+// The send goroutine runs only while the engine has something to do
+// (issue 11: an idle QP holds no send stack). Idle in RTS (nothing
+// runnable, or a responder still waiting for the initiator's first FPDU)
+// it parks: it marks the engine parked and exits, and the next doorbell
+// (ring: PostSend, an inbound Read Request, a state change, the first
+// FPDU) starts a new one, which continues with the same txEngine state.
+// The doorbell is pushed before ring looks at the mark, and txPark looks
+// for a doorbell after setting it, so no wakeup is lost: either ring
+// sees the mark and starts the goroutine, or the parking goroutine sees
+// the doorbell and carries on. While closing, the goroutine waits with
+// its timer instead; it ends for good (closing txDone) only with the
+// send direction, and is never restarted after that.
+const (
+	txStopped int32 = iota // not started (before Start)
+	txRunning              // the send goroutine runs (or has ended for good)
+	txParked               // no send goroutine: ring starts one
+)
+
+// txLoop is the send goroutine: Start starts it, ring restarts it after
+// it parked.
 func (qp *QP) txLoop(conn net.Conn) {
-	defer close(qp.txDone)
 	t := &qp.tx
-	if !qp.txGate() {
-		qp.txShutdown(conn, false)
-		return
+	for !t.gated {
+		switch qp.txGate() {
+		case gateClosed:
+			qp.txShutdown(conn, false)
+			close(qp.txDone)
+			return
+		case gateWait:
+			if qp.txPark() {
+				return
+			}
+			continue
+		}
+		t.gated = true
+		if qp.p.P2P && qp.p.Initiator && qp.p.RTR != mpa.RTRNone {
+			t.job = jobRTR
+		}
 	}
-	if qp.p.P2P && qp.p.Initiator && qp.p.RTR != mpa.RTRNone {
-		t.job = jobRTR
+	if qp.txRun(conn) {
+		close(qp.txDone)
 	}
+}
+
+// txPark parks the send goroutine (see txStopped): it reports true when
+// the goroutine is to exit, false when a doorbell came meanwhile and it
+// carries on.
+func (qp *QP) txPark() bool {
+	t := &qp.tx
+	t.state.Store(txParked)
+	select {
+	case <-qp.bell:
+		// Rung before or while parking: carry on, unless ring has
+		// already started the next goroutine (which makes a full pass).
+		return !t.state.CompareAndSwap(txParked, txRunning)
+	default:
+		return true
+	}
+}
+
+// txRun is the send loop. It reports true when the send direction has
+// ended, false when the goroutine parked.
+func (qp *QP) txRun(conn net.Conn) bool {
+	t := &qp.tx
 	closing := false
 	for {
 		qp.mu.Lock()
@@ -206,10 +269,10 @@ func (qp *QP) txLoop(conn net.Conn) {
 				qp.txSendTerminate(conn, &ti)
 			}
 			qp.txShutdown(conn, true)
-			return
+			return true
 		case StateError:
 			qp.txShutdown(conn, true)
-			return
+			return true
 		case StateClosing:
 			if !closing {
 				closing = true
@@ -234,60 +297,76 @@ func (qp *QP) txLoop(conn net.Conn) {
 		// for the responses to our Reads first.
 		if closing && (qp.rx.ended.Load() || (qp.txIdle() && (t.halfClose || qp.orqEmpty()))) {
 			qp.txShutdown(conn, false)
-			return
+			return true
 		}
 		if closing {
 			select {
 			case <-qp.bell:
 			case <-t.closeTimer.C:
 				qp.txShutdown(conn, false)
-				return
+				return true
 			}
 			continue
 		}
-		<-qp.bell
+		if qp.txPark() {
+			return false
+		}
 	}
 }
 
+// txGate's answers.
+type gate uint8
+
+const (
+	gateOpen   gate = iota // send
+	gateWait               // a responder waiting for the first FPDU: park
+	gateClosed             // the QP left RTS before anything could be sent
+)
+
 // txGate holds the first FPDU back: a responder waits for the
 // initiator's first FPDU (RFC 5044; Linux siw drops a connection that
-// sends right after its Reply), an initiator waits FirstSendDelay. It
-// reports false if the QP left RTS meanwhile: then nothing may be sent.
-func (qp *QP) txGate() bool {
-	var timer <-chan time.Time
-	first := qp.rxFirst
-	if qp.p.Initiator {
-		if qp.p.FirstSendDelay <= 0 {
-			return true
+// sends right after its Reply) parked (gateWait: the receive engine
+// rings when the FPDU arrives), an initiator waits FirstSendDelay. It
+// reports gateClosed if the QP left RTS meanwhile: then nothing may be
+// sent.
+func (qp *QP) txGate() gate {
+	if !qp.p.Initiator {
+		select {
+		case <-qp.rxFirst:
+			return gateOpen
+		default:
 		}
-		tm := time.NewTimer(qp.p.FirstSendDelay)
-		defer tm.Stop()
-		timer = tm.C
-		first = nil // the initiator waits for its delay only
+		qp.mu.Lock()
+		st := qp.state
+		qp.mu.Unlock()
+		if st != StateRTS {
+			// A responder that has not heard from the initiator may
+			// still close; a Terminate it could not send is dropped.
+			select {
+			case <-qp.rxFirst:
+				return gateOpen
+			default:
+				return gateClosed
+			}
+		}
+		return gateWait
 	}
+	if qp.p.FirstSendDelay <= 0 {
+		return gateOpen
+	}
+	tm := time.NewTimer(qp.p.FirstSendDelay)
+	defer tm.Stop()
 	for {
 		select {
-		case <-first:
-			return true
-		case <-timer:
-			return true
+		case <-tm.C:
+			return gateOpen
 		case <-qp.bell:
 		}
 		qp.mu.Lock()
 		st := qp.state
 		qp.mu.Unlock()
 		if st != StateRTS {
-			if qp.p.Initiator {
-				return true
-			}
-			// A responder that has not heard from the initiator may
-			// still close; a Terminate it could not send is dropped.
-			select {
-			case <-qp.rxFirst:
-				return true
-			default:
-				return false
-			}
+			return gateOpen
 		}
 	}
 }
