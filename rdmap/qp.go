@@ -164,6 +164,8 @@ type QP struct {
 	localClose  bool     // Disconnect(graceful) called; +checklocks:mu
 	started     bool     // +checklocks:mu
 	closed      bool     // +checklocks:mu
+	ended       bool     // done is closed; +checklocks:mu
+	afterDone   []func() // AfterDone's functions, until done is closed; +checklocks:mu
 	finishOnce  sync.Once
 	p           mpa.Params // set by Start, read-only afterwards
 
@@ -569,7 +571,31 @@ func (qp *QP) finish() {
 			qp.lg.Info("qp closed", zap.Error(err), zap.NamedError("rx_error", qp.rx.err), zap.NamedError("tx_error", qp.tx.err))
 		}
 		close(qp.done)
+		qp.mu.Lock()
+		qp.ended = true
+		fns := qp.afterDone
+		qp.afterDone = nil
+		qp.mu.Unlock()
+		for _, f := range fns {
+			go f()
+		}
 	})
+}
+
+// AfterDone arranges for f to run in its own goroutine once Done is
+// closed, or at once (in its own goroutine too) if it already is: as
+// context.AfterFunc does for a context, without a goroutine parked on
+// Done meanwhile (issue 11: an idle connection costs no watcher stack).
+// Each call runs its f exactly once.
+func (qp *QP) AfterDone(f func()) {
+	qp.mu.Lock()
+	if qp.ended {
+		qp.mu.Unlock()
+		go f()
+		return
+	}
+	qp.afterDone = append(qp.afterDone, f)
+	qp.mu.Unlock()
 }
 
 // flushAll completes every outstanding work request with WCWRFlushErr
