@@ -203,7 +203,7 @@ func TestSiwdIdleMemory(t *testing.T) {
 	if both := res.Server + res.Client; both > idleBound {
 		t.Errorf("an idle siwd connection costs %.1f KiB (siwd %.1f, client %.1f); want <= %d KiB both ends", both/1024, res.Server/1024, res.Client/1024, idleBound>>10)
 	}
-	if res.Conns != idleN || res.Server <= 0 || res.Client <= 0 || res.ServerStack > res.Server || res.ClientStack > res.Client || res.Goroutines < 2 {
+	if res.Conns != idleN || res.Server <= 0 || res.Client <= 0 || res.ServerStack > res.Server || res.ClientStack > res.Client || res.Goroutines < 1 {
 		t.Errorf("result %+v", res)
 	}
 	t.Logf("%+v", res)
