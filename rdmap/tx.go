@@ -3,6 +3,7 @@ package rdmap
 import (
 	"encoding/binary"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,15 @@ func (qp *QP) txLoop(conn net.Conn) {
 // carries on.
 func (qp *QP) txPark() bool {
 	t := &qp.tx
+	// Let a poster that is about to ring run first: a doorbell that
+	// comes now is taken without ending this goroutine and starting
+	// another.
+	runtime.Gosched()
+	select {
+	case <-qp.bell:
+		return false
+	default:
+	}
 	t.state.Store(txParked)
 	select {
 	case <-qp.bell:
