@@ -528,8 +528,13 @@ func (id *ID) establishLocked(qp QP, p *mpa.Params) {
 	_ = id.setStateLocked(StateEstablished)
 	id.qp = qp
 	id.params = p
-	id.watchDone = make(chan struct{})
-	go id.watch(qp, id.watchDone)
+	done := make(chan struct{})
+	id.watchDone = done
+	if n, ok := qp.(DoneNotifier); ok {
+		n.AfterDone(func() { id.watch(qp, done) }) // Done is closed: watch does not wait
+		return
+	}
+	go id.watch(qp, done)
 }
 
 // QPAttrMask says which QPAttr fields are set.

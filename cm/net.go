@@ -162,6 +162,10 @@ type Conn struct {
 	err     error
 	closing sync.Once
 	ended   sync.Once
+
+	mu        sync.Mutex
+	isDone    bool     // done is closed; +checklocks:mu
+	afterDone []func() // AfterDone's functions, until then; +checklocks:mu
 }
 
 func (c *Conn) handle(ev *Event) {
@@ -169,8 +173,32 @@ func (c *Conn) handle(ev *Event) {
 		c.ended.Do(func() {
 			c.err = ev.Err
 			close(c.done)
+			c.mu.Lock()
+			c.isDone = true
+			fns := c.afterDone
+			c.afterDone = nil
+			c.mu.Unlock()
+			for _, f := range fns {
+				go f()
+			}
 		})
 	}
+}
+
+// AfterDone arranges for f to run in its own goroutine once Done is
+// closed, or at once (in its own goroutine too) if it already is: as
+// context.AfterFunc does, without a goroutine parked on Done meanwhile
+// (a server's idle connection then costs no waiting stack). Each call
+// runs its f exactly once.
+func (c *Conn) AfterDone(f func()) {
+	c.mu.Lock()
+	if c.isDone {
+		c.mu.Unlock()
+		go f()
+		return
+	}
+	c.afterDone = append(c.afterDone, f)
+	c.mu.Unlock()
 }
 
 // ID returns the connection's ID.

@@ -32,6 +32,15 @@ type QP interface {
 	Err() error
 }
 
+// DoneNotifier is implemented by a QP that runs a function once Done is
+// closed without a goroutine waiting on Done meanwhile (rdmap.QP):
+// AfterDone runs f, in its own goroutine, exactly once, after Done is
+// closed. An ID then watches its established QP that way, so an idle
+// connection keeps no watcher goroutine.
+type DoneNotifier interface {
+	AfterDone(f func())
+}
+
 // IRDORDLimiter is implemented by a QP that enforces IRD and ORD limits of
 // its own (rdmap.QP: QPConfig.MaxIRD and MaxORD). Connect and Accept then
 // lower ConnParam.IRD and ORD to those limits and negotiate within them,

@@ -3,6 +3,7 @@ package mpa
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -27,6 +28,16 @@ type ReaderConfig struct {
 	// the MPA handshake, say); the Reader reads them first. The Reader
 	// keeps the slice, never writes into it, and drops it once consumed.
 	Leftover []byte
+	// Buffers, when set (and NewReader is given no buffer), lends the
+	// Reader its buffer of at least ReaderBufSize bytes only while bytes
+	// move through it: an idle Reader reads into a small array of its own
+	// (ReaderSmallLen bytes), which holds an FPDU's length and headers, or
+	// a whole small FPDU; it borrows a buffer when more is needed than
+	// fits there, or when a read filled it (more is likely waiting), and
+	// gives the buffer back when everything read has been consumed and
+	// the last read found the source drained, before it reads again (so a
+	// Reader waiting on an idle source holds none), and in Release.
+	Buffers BufferPool
 }
 
 // Placer fences the writes Reader.Place makes into the caller's memory.
@@ -64,6 +75,9 @@ const (
 	DirectMin = 4 << 10
 	// MaxHeader is the largest ULPDU prefix Header returns.
 	MaxHeader = 128
+	// ReaderSmallLen is the size of the array a Reader with
+	// ReaderConfig.Buffers reads into while it holds no buffer.
+	ReaderSmallLen = 256
 	// bigSlack is how far past what it needs the Reader reads while
 	// payloads go straight into caller memory, so that a header comes
 	// with the previous trailer without pulling the next payload into the
@@ -98,10 +112,15 @@ type Reader struct {
 	cfg ReaderConfig
 	pre []byte // what is left of cfg.Leftover
 
-	buf  []byte // stream bytes in buf[r:w]
+	buf  []byte // stream bytes in buf[r:w]: *lent, small, or the caller's
 	r, w int
 	pos  uint64 // stream offset of buf[r]
 	big  bool   // limit reads: the last payload went straight into memory
+
+	// Lending (cfg.Buffers set): buf is small until a buffer is lent.
+	lent    *[]byte
+	drained bool // the last unlimited read returned less than it had room for
+	small   [ReaderSmallLen]byte
 
 	// The current FPDU (valid while in is set).
 	in      bool
@@ -127,20 +146,82 @@ type Reader struct {
 const maxEmptyReads = 100
 
 // NewReader returns a Reader reading src into buf (the caller's, used
-// until the Reader is dropped; a new one is made when buf is shorter than
-// ReaderBufSize). If src is a VectorReader, Place reads large payloads
-// straight into the caller's memory with it.
+// until the Reader is dropped). Without buf (shorter than ReaderBufSize)
+// it borrows its buffer from cfg.Buffers while bytes move, or, without
+// those either, makes one. If src is a VectorReader, Place reads large
+// payloads straight into the caller's memory with it.
 func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 	if cfg.MaxULPDU <= 0 || cfg.MaxULPDU > MaxULPDU {
 		cfg.MaxULPDU = MaxULPDU
 	}
-	if len(buf) < ReaderBufSize {
-		buf = make([]byte, ReaderBufSize)
+	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset}
+	switch {
+	case len(buf) >= ReaderBufSize:
+		rd.cfg.Buffers = nil
+		rd.buf = buf
+	case cfg.Buffers != nil:
+		rd.buf, rd.drained = rd.small[:], true
+	default:
+		rd.buf = make([]byte, ReaderBufSize)
 	}
-	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, buf: buf, pos: cfg.StreamOffset}
 	rd.cfg.Leftover = nil
 	rd.vec, _ = src.(VectorReader)
 	return rd
+}
+
+// Release gives a lent buffer back to ReaderConfig.Buffers. The Reader
+// must not be used afterwards, nor anything it returned.
+func (rd *Reader) Release() {
+	if rd.lent != nil {
+		rd.cfg.Buffers.Put(rd.lent)
+		rd.lent = nil
+	}
+	rd.buf, rd.r, rd.w = rd.small[:0], 0, 0
+}
+
+// lend switches, before a read for n bytes, between the small array and
+// a lent buffer (ReaderConfig.Buffers).
+func (rd *Reader) lend(n int) {
+	keep := rd.keep()
+	if rd.lent == nil {
+		if rd.r+n > len(rd.buf) || !rd.drained {
+			rd.grow(keep)
+		}
+		return
+	}
+	// Everything read is consumed, and the source had no more at the
+	// last read (or reads are limited to headers and trailers): the
+	// next bytes go into the small array.
+	if rd.r == rd.w && keep == rd.r && (rd.drained || rd.big) && n <= len(rd.small) {
+		rd.foldCRC()
+		rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, 0, 0
+		rd.cfg.Buffers.Put(rd.lent)
+		rd.lent, rd.buf = nil, rd.small[:]
+	}
+}
+
+// grow moves what the small array holds from keep on into a lent buffer.
+func (rd *Reader) grow(keep int) {
+	b := rd.cfg.Buffers.Get()
+	if len(*b) < ReaderBufSize {
+		panic(fmt.Sprintf("mpa: BufferPool gave a %d-byte buffer, want at least ReaderBufSize", len(*b)))
+	}
+	rd.foldCRC()
+	rd.w = copy(*b, rd.buf[keep:rd.w])
+	rd.r -= keep
+	rd.crcAt = rd.r
+	if rd.fstart >= 0 {
+		rd.fstart -= keep
+	}
+	rd.lent, rd.buf = b, *b
+}
+
+// keep returns the buf index from which bytes must stay buffered.
+func (rd *Reader) keep() int {
+	if rd.in && rd.fstart >= 0 {
+		return rd.fstart
+	}
+	return rd.r
 }
 
 // Buffered returns the stream bytes the Reader holds that no FPDU has
@@ -170,10 +251,10 @@ func (rd *Reader) WireLen() (n, markers int) { return int(rd.end - rd.start), rd
 func (rd *Reader) fill(n int) error {
 	empty := 0
 	for rd.w-rd.r < n {
-		keep := rd.r
-		if rd.in && rd.fstart >= 0 {
-			keep = rd.fstart
+		if rd.cfg.Buffers != nil {
+			rd.lend(n)
 		}
+		keep := rd.keep()
 		switch {
 		case rd.r == rd.w && keep == rd.r:
 			// Nothing to keep: start over at the front.
@@ -204,6 +285,9 @@ func (rd *Reader) fill(n int) error {
 			rd.pre = rd.pre[m:]
 		} else {
 			m, err = rd.src.Read(rd.buf[rd.w:limit])
+			if limit == len(rd.buf) {
+				rd.drained = m < limit-rd.w
+			}
 		}
 		rd.w += m
 		if rd.w-rd.r >= n {
@@ -404,6 +488,7 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // read and a small trailer read.
 func (rd *Reader) readDirect(d []byte) error {
 	const lookahead = bigSlack + 8
+	rd.drained = true // payloads bypass the buffer: do not keep one for them
 	rd.foldCRC()
 	rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, -1, 0
 	for len(d) > 0 {

@@ -132,34 +132,45 @@ func TestReaderHeaderFirst(t *testing.T) {
 					if off != 0 && !markers {
 						continue
 					}
-					t.Run(fmt.Sprintf("crc=%v/markers=%v/buffered=%v/off=%d", crc, markers, buffered, off), func(t *testing.T) {
-						ulpdus := randULPDUs(r, 40, 20000)
-						ulpdus = append(ulpdus, randBytes(r, mpa.MaxULPDU), nil)
-						f := &mpa.Framer{CRC: crc, Markers: markers, Pos: off}
-						stream := buildStream(r, f, ulpdus)
-						p := &countPlacer{t: t}
-						src := &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 + r.IntN(70000)}, placer: p}
-						rd := mpa.NewReader(src, nil, mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered})
-						got, err := readHeaderFirst(t, rd, r, p)
-						if err != io.EOF {
-							t.Fatalf("after %d FPDUs: %v, want io.EOF", len(got), err)
-						}
-						if len(got) != len(ulpdus) {
-							t.Fatalf("%d FPDUs, want %d", len(got), len(ulpdus))
-						}
-						for i := range got {
-							if !bytes.Equal(got[i], ulpdus[i]) {
-								t.Fatalf("FPDU %d differs (%d bytes)", i, len(got[i]))
+					for _, lend := range []bool{false, true} {
+						t.Run(fmt.Sprintf("crc=%v/markers=%v/buffered=%v/off=%d/lend=%v", crc, markers, buffered, off, lend), func(t *testing.T) {
+							ulpdus := randULPDUs(r, 40, 20000)
+							ulpdus = append(ulpdus, randBytes(r, mpa.MaxULPDU), nil)
+							f := &mpa.Framer{CRC: crc, Markers: markers, Pos: off}
+							stream := buildStream(r, f, ulpdus)
+							p := &countPlacer{t: t}
+							src := &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 + r.IntN(70000)}, placer: p}
+							cfg := mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered}
+							pool := &lendPool{t: t}
+							if lend {
+								cfg.Buffers = pool
 							}
-						}
-						copied, direct := p.copied, p.direct
-						if direct != src.vecBytes {
-							t.Fatalf("Placer announced %d direct bytes, ReadVec placed %d", direct, src.vecBytes)
-						}
-						if wantDirect := !crc && !markers && !buffered; (direct > 0) != wantDirect {
-							t.Fatalf("direct %d bytes (copied %d); want direct placement %v", direct, copied, wantDirect)
-						}
-					})
+							rd := mpa.NewReader(src, nil, cfg)
+							got, err := readHeaderFirst(t, rd, r, p)
+							rd.Release()
+							if pool.out != 0 {
+								t.Fatalf("%d buffers not given back after Release", pool.out)
+							}
+							if err != io.EOF {
+								t.Fatalf("after %d FPDUs: %v, want io.EOF", len(got), err)
+							}
+							if len(got) != len(ulpdus) {
+								t.Fatalf("%d FPDUs, want %d", len(got), len(ulpdus))
+							}
+							for i := range got {
+								if !bytes.Equal(got[i], ulpdus[i]) {
+									t.Fatalf("FPDU %d differs (%d bytes)", i, len(got[i]))
+								}
+							}
+							copied, direct := p.copied, p.direct
+							if direct != src.vecBytes {
+								t.Fatalf("Placer announced %d direct bytes, ReadVec placed %d", direct, src.vecBytes)
+							}
+							if wantDirect := !crc && !markers && !buffered; (direct > 0) != wantDirect {
+								t.Fatalf("direct %d bytes (copied %d); want direct placement %v", direct, copied, wantDirect)
+							}
+						})
+					}
 				}
 			}
 		}
@@ -382,12 +393,26 @@ func FuzzReader(f *testing.F) {
 	f.Add(hexBytes(f, siwSendFPDU+siwReadReqFPDU+siwReadRespFPDU), true, false, false, uint64(0), uint64(7))
 	// One payload long enough for the direct read.
 	f.Add(mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+100), false), false, false, false, uint64(0), uint64(1))
+	// Lent buffers (seed bit 20), small and large FPDUs.
+	for _, crc := range []bool{false, true} {
+		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
+		f.Add(stream, crc, false, false, uint64(0), uint64(1<<20|77))
+	}
 	f.Fuzz(func(t *testing.T, data []byte, crc, markers, buffered bool, off, seed uint64) {
 		cfg := mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered}
+		pool := &lendPool{t: t}
+		if seed&(1<<20) != 0 {
+			cfg.Buffers = pool // the buffer lent while bytes move
+		}
 		rnd := rand.New(rand.NewPCG(seed, seed>>32))
 		p := &countPlacer{t: t}
 		src := &vecReader{chunkReader: chunkReader{data: data, r: rnd, max: 1 + int(seed%5000)}, placer: p}
-		got, gerr := readHeaderFirst(t, mpa.NewReader(src, nil, cfg), rnd, p)
+		rd := mpa.NewReader(src, nil, cfg)
+		got, gerr := readHeaderFirst(t, rd, rnd, p)
+		rd.Release()
+		if pool.out != 0 {
+			t.Fatalf("%d buffers not given back after Release", pool.out)
+		}
 		want := deframeAll(bytes.NewReader(data), mpa.DeframerConfig{CRC: crc, Markers: markers, StreamOffset: off})
 		if p.inside {
 			t.Fatal("left inside a placement")
@@ -420,4 +445,141 @@ func FuzzReader(f *testing.F) {
 			rest = rest[fp.WireLen:]
 		}
 	})
+}
+
+// lendPool is a BufferPool for a Reader that counts the buffers out and
+// overwrites every buffer given back, so that a Reader still reading a
+// buffer it gave back reads garbage (and a test fails).
+type lendPool struct {
+	t         testing.TB
+	free      []*[]byte
+	out, gets int
+}
+
+func (p *lendPool) Get() *[]byte {
+	p.out++
+	p.gets++
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free = p.free[:n-1]
+		return b
+	}
+	b := make([]byte, mpa.ReaderBufSize)
+	return &b
+}
+
+func (p *lendPool) Put(b *[]byte) {
+	if p.out--; p.out < 0 {
+		p.t.Fatal("Put of a buffer not lent")
+	}
+	for i := range *b {
+		(*b)[i] = 0xee
+	}
+	p.free = append(p.free, b)
+}
+
+// queueReader serves queued chunks, one per Read at most (the rest of a
+// chunk stays for the next), and errBlock when none is queued: a peer
+// that sends now and then.
+type queueReader struct{ chunks [][]byte }
+
+func (q *queueReader) Read(p []byte) (int, error) {
+	if len(q.chunks) == 0 {
+		return 0, errBlock
+	}
+	n := copy(p, q.chunks[0])
+	if q.chunks[0] = q.chunks[0][n:]; len(q.chunks[0]) == 0 {
+		q.chunks = q.chunks[1:]
+	}
+	return n, nil
+}
+
+// TestReaderLendsWhileMoving: a Reader with ReaderConfig.Buffers reads a
+// small FPDU without borrowing, borrows a buffer for a large FPDU or
+// when bytes keep coming, and holds none once it waits on a source that
+// has nothing more (with and without CRC).
+func TestReaderLendsWhileMoving(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		pool := &lendPool{t: t}
+		src := &queueReader{}
+		rd := mpa.NewReader(src, nil, mpa.ReaderConfig{CRC: crc, Buffers: pool})
+		p := &countPlacer{t: t}
+		read := func(want []byte) {
+			t.Helper()
+			n, err := rd.Next()
+			if err != nil || n != len(want) {
+				t.Fatalf("crc=%v: Next = %d, %v; want %d", crc, n, err, len(want))
+			}
+			got := make([]byte, n)
+			h, err := rd.Header(18)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(got, h)
+			if err := rd.Place(got[18:], p); err != nil {
+				t.Fatal(err)
+			}
+			if err := rd.Trailer(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("crc=%v: ULPDU of %d bytes differs", crc, n)
+			}
+		}
+		idle := func(what string) {
+			t.Helper()
+			if _, err := rd.Next(); err != errBlock {
+				t.Fatalf("crc=%v: Next on an idle source = %v", crc, err)
+			}
+			if pool.out != 0 {
+				t.Fatalf("crc=%v: %s: %d buffers held while idle", crc, what, pool.out)
+			}
+		}
+		small := bytes.Repeat([]byte{1}, 82) // a 64-byte Send: 88 bytes on the wire
+		src.chunks = append(src.chunks, mpa.AppendFPDU(nil, small[:18], small[18:], crc))
+		read(small)
+		idle("small FPDU")
+		if pool.gets != 0 {
+			t.Fatalf("crc=%v: a small FPDU borrowed %d buffers", crc, pool.gets)
+		}
+		// A large FPDU in two parts: the buffer is held while it is
+		// partial, and given back once it is consumed.
+		large := bytes.Repeat([]byte{2}, 20000)
+		fp := mpa.AppendFPDU(nil, large[:18], large[18:], crc)
+		src.chunks = append(src.chunks, fp[:9000])
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rd.Header(18); err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.Place(make([]byte, 15000), p); err != errBlock {
+			t.Fatalf("Place past what arrived: %v", err)
+		}
+		if pool.out != 1 {
+			t.Fatalf("crc=%v: %d buffers held inside a large FPDU, want 1", crc, pool.out)
+		}
+		// Start over on a fresh Reader for the whole FPDU (the first one
+		// is mid-FPDU); the one above gives its buffer back on Release.
+		rd.Release()
+		src.chunks = [][]byte{fp}
+		rd = mpa.NewReader(src, nil, mpa.ReaderConfig{CRC: crc, Buffers: pool})
+		read(large)
+		idle("large FPDU")
+		// Many small FPDUs at once: the first read fills the small array,
+		// the Reader borrows for the rest, and gives it back at the end.
+		var burst []byte
+		for range 50 {
+			burst = mpa.AppendFPDU(burst, small[:18], small[18:], crc)
+		}
+		src.chunks = [][]byte{burst}
+		gets := pool.gets
+		for range 50 {
+			read(small)
+		}
+		if pool.gets == gets {
+			t.Fatalf("crc=%v: a burst of FPDUs read without a buffer", crc)
+		}
+		idle("burst")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 )
 
 // Limits of one Writer batch. A batch is written with one system call:
@@ -20,7 +21,7 @@ const (
 	// (under 64 KiB) with its framing and markers.
 	WriterBufLen = WriterMaxBytes + 80<<10
 	// WriterScratchLen is the size of the scratch arena a Writer
-	// allocates when WriterConfig.Scratch is empty.
+	// borrows for each batch when WriterConfig.Scratch is empty.
 	WriterScratchLen = 64 << 10
 	// WriterCopyLen is the longest payload piece a Writer without CRC
 	// and markers copies into its scratch arena instead of referring to
@@ -33,10 +34,12 @@ const (
 	defaultMaxHeader = 128
 )
 
-// BufferPool lends a Writer with CRC its batch buffers. Get returns a
-// buffer of at least WriterBufLen bytes (its contents do not matter);
-// Put takes back a buffer Get returned, once the Writer no longer
-// refers to it. A pool shared by Writers must be safe for concurrent use.
+// BufferPool lends a Writer with CRC its batch buffers, and a Reader its
+// buffer (ReaderConfig.Buffers). Get returns a buffer of at least
+// WriterBufLen bytes for a Writer, ReaderBufSize for a Reader (its
+// contents do not matter); Put takes back a buffer Get returned, once
+// its user no longer refers to it. A pool shared by several users must
+// be safe for concurrent use.
 type BufferPool interface {
 	Get() *[]byte
 	Put(b *[]byte)
@@ -58,8 +61,11 @@ type WriterConfig struct {
 	MaxHeader int
 	// Scratch is the arena for ULPDU_Length fields, headers and markers;
 	// its capacity bounds what one batch holds of them. The Writer uses
-	// it from Init until Release. Empty, the Writer allocates
-	// WriterScratchLen bytes.
+	// it from Init until Release. Empty, the Writer borrows an arena of
+	// WriterScratchLen bytes from a pool shared by all Writers when a
+	// batch gets its first FPDU (Begin) and gives it back when the batch
+	// is written or reset (Flush, Reset, Release): an idle Writer holds
+	// none.
 	Scratch []byte
 	// Buffers lends the batch buffers with CRC. Nil, the Writer allocates
 	// one the first time it needs it and keeps it.
@@ -112,11 +118,13 @@ type Writer struct {
 	buffers      BufferPool
 	pos          uint64 // stream offset of the next byte
 
-	scratch []byte      // never grows past its capacity (Room)
-	iov     [][]byte    // zero copy: the batch (reused backing array)
-	wv      net.Buffers // zero copy: Flush's writev argument
-	buf     *[]byte     // copy mode: the batch buffer, while the batch is not empty
-	batch   []byte      // copy mode: the batch so far, in *buf
+	scratch  []byte      // never grows past its capacity (Room); nil while lent and idle
+	scratchp *[]byte     // the arena borrowed from scratchPool for this batch (nil: none, or Scratch)
+	iov      [][]byte    // zero copy: the batch, in *iovp
+	iovp     *[][]byte   // zero copy: the iovec array borrowed from iovPool for this batch
+	wv       net.Buffers // zero copy: Flush's writev argument
+	buf      *[]byte     // copy mode: the batch buffer, while the batch is not empty
+	batch    []byte      // copy mode: the batch so far, in *buf
 
 	batchBytes int // bytes in the batch
 	fpdus      int // FPDUs in the batch
@@ -150,25 +158,57 @@ func (w *Writer) Init(cfg WriterConfig) {
 	if w.buffers == nil {
 		w.buffers = &ownBuffer{}
 	}
-	w.scratch = cfg.Scratch[:0]
-	if cap(w.scratch) == 0 {
-		w.scratch = make([]byte, 0, WriterScratchLen)
-	}
-	if w.iov == nil {
-		w.iov = make([][]byte, 0, WriterMaxIOV+8)
+	w.scratch = nil
+	if cap(cfg.Scratch) > 0 {
+		w.scratch = cfg.Scratch[:0]
 	}
 }
 
-// Reset empties the batch, giving its buffer back; the stream position
+// The arenas and iovec arrays Writers borrow per batch (pointers, so that
+// a Put does not allocate).
+var (
+	scratchPool = sync.Pool{New: func() any {
+		b := make([]byte, 0, WriterScratchLen)
+		return &b
+	}}
+	iovPool = sync.Pool{New: func() any {
+		v := make([][]byte, 0, WriterMaxIOV+8)
+		return &v
+	}}
+)
+
+// borrow takes the batch's scratch arena (when WriterConfig.Scratch was
+// empty) and, without CRC, its iovec array.
+func (w *Writer) borrow() {
+	if w.scratch == nil {
+		w.scratchp = scratchPool.Get().(*[]byte)
+		w.scratch = (*w.scratchp)[:0]
+	}
+	if !w.crc && w.iovp == nil {
+		w.iovp = iovPool.Get().(*[][]byte)
+		w.iov = (*w.iovp)[:0]
+	}
+}
+
+// Reset empties the batch, giving its buffers back; the stream position
 // stays.
 func (w *Writer) Reset() {
 	if w.buf != nil {
 		w.buffers.Put(w.buf)
 		w.buf, w.batch = nil, nil
 	}
-	w.scratch = w.scratch[:0]
-	clear(w.iov)
-	w.iov = w.iov[:0]
+	if w.scratchp != nil {
+		scratchPool.Put(w.scratchp)
+		w.scratchp, w.scratch = nil, nil
+	} else if w.scratch != nil {
+		w.scratch = w.scratch[:0]
+	}
+	if w.iovp != nil {
+		clear(w.iov)
+		*w.iovp = w.iov[:0]
+		iovPool.Put(w.iovp)
+		w.iovp, w.iov = nil, nil
+	}
 	w.batchBytes, w.fpdus = 0, 0
 	w.scrEnd, w.spare = -1, 0
 }
@@ -214,16 +254,23 @@ func (w *Writer) Room(ulen, pieces int) bool {
 			return false
 		}
 	}
-	if len(w.scratch)+needScratch > cap(w.scratch) || len(w.iov)+needIOV > WriterMaxIOV {
+	scratchCap := cap(w.scratch)
+	if w.scratch == nil {
+		scratchCap = WriterScratchLen // borrowed by Begin
+	}
+	if len(w.scratch)+needScratch > scratchCap || len(w.iov)+needIOV > WriterMaxIOV {
 		return false
 	}
-	w.spare = cap(w.scratch) - len(w.scratch) - needScratch
+	w.spare = scratchCap - len(w.scratch) - needScratch
 	return true
 }
 
 // Begin starts an FPDU whose ULPDU is hdr (at most MaxHeader bytes)
 // followed by ulen-len(hdr) payload bytes, which Payload then takes.
 func (w *Writer) Begin(hdr []byte, ulen int) {
+	if w.scratch == nil || (!w.crc && w.iovp == nil) {
+		w.borrow()
+	}
 	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
 	s := len(w.scratch)
 	w.scratch = binary.BigEndian.AppendUint16(w.scratch, uint16(ulen))

@@ -44,7 +44,12 @@
 //
 // # Engines and concurrency
 //
-// Each started QP runs two goroutines. The send goroutine (tx.go) owns
+// Each started QP runs a receive goroutine, and a send goroutine while
+// it has something to send: idle, the send goroutine parks (exits) and
+// the doorbell starts it again (tx.go), and neither engine holds a data
+// buffer (the reader borrows its buffer while bytes move, the writer its
+// scratch, iovecs and batch buffer per batch), so an idle connected QP
+// costs its structures and one goroutine. The send goroutine owns
 // the FPDU writer (mpa.Writer), the SQ cursor and the outgoing Read and
 // Atomic Responses: it takes Responses from the IRQ and work requests
 // from the SQ in order, cuts messages into DDP segments no larger than

@@ -164,6 +164,8 @@ type QP struct {
 	localClose  bool     // Disconnect(graceful) called; +checklocks:mu
 	started     bool     // +checklocks:mu
 	closed      bool     // +checklocks:mu
+	ended       bool     // done is closed; +checklocks:mu
+	afterDone   []func() // AfterDone's functions, until done is closed; +checklocks:mu
 	finishOnce  sync.Once
 	p           mpa.Params // set by Start, read-only afterwards
 
@@ -189,7 +191,10 @@ type QP struct {
 	sq     ring[sqEntry] // +checklocks:sqMu
 	sqNext uint64        // +checklocks:sqMu
 	sqMode postMode      // +checklocks:sqMu
-	inline []byte        // MaxInline bytes per SQ slot (sq.slot)
+	// inline holds MaxInline bytes per SQ slot (sq.slot), allocated at
+	// the first inline post under sqMu, before the entry that uses it is
+	// pushed: the send engine reads it for entries it took under sqMu.
+	inline []byte
 	// orq holds the outstanding Reads and atomics (limit: the ORD), irq
 	// the inbound Read and Atomic Requests to answer (limit: the IRD);
 	// Start makes both.
@@ -277,7 +282,6 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	}
 	qp.lg = d.lg.With(zap.Uint32("qpn", qp.qpn))
 	qp.sq = newRing[sqEntry](c.MaxSendWR)
-	qp.inline = make([]byte, len(qp.sq.buf)*c.MaxInline)
 	if c.SRQ == nil {
 		qp.rq = newRQRing(c.MaxRecvWR)
 	}
@@ -364,10 +368,15 @@ func (qp *QP) setStateLocked(s QPState) error {
 	return nil
 }
 
+// ring rings the send engine's doorbell, and starts the send goroutine
+// if it parked (see txParked).
 func (qp *QP) ring() {
 	select {
 	case qp.bell <- struct{}{}:
 	default:
+	}
+	if qp.tx.state.Load() == txParked && qp.tx.state.CompareAndSwap(txParked, txRunning) {
+		go qp.tx.restart() // a func value without arguments: no allocation
 	}
 }
 
@@ -422,6 +431,7 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 		return err
 	}
 	qp.started = true
+	qp.tx.state.Store(txRunning)
 	go qp.rxLoop(conn)
 	go qp.txLoop(conn)
 	qp.lg.Info("qp connected",
@@ -561,7 +571,31 @@ func (qp *QP) finish() {
 			qp.lg.Info("qp closed", zap.Error(err), zap.NamedError("rx_error", qp.rx.err), zap.NamedError("tx_error", qp.tx.err))
 		}
 		close(qp.done)
+		qp.mu.Lock()
+		qp.ended = true
+		fns := qp.afterDone
+		qp.afterDone = nil
+		qp.mu.Unlock()
+		for _, f := range fns {
+			go f()
+		}
 	})
+}
+
+// AfterDone arranges for f to run in its own goroutine once Done is
+// closed, or at once (in its own goroutine too) if it already is: as
+// context.AfterFunc does for a context, without a goroutine parked on
+// Done meanwhile (issue 11: an idle connection costs no watcher stack).
+// Each call runs its f exactly once.
+func (qp *QP) AfterDone(f func()) {
+	qp.mu.Lock()
+	if qp.ended {
+		qp.mu.Unlock()
+		go f()
+		return
+	}
+	qp.afterDone = append(qp.afterDone, f)
+	qp.mu.Unlock()
 }
 
 // flushAll completes every outstanding work request with WCWRFlushErr
@@ -738,6 +772,10 @@ func (qp *QP) PostSend(wr SendWR) error {
 	var total uint64
 	if wr.InlineData != nil {
 		e.inline = true
+		if qp.inline == nil {
+			// At the first inline post: MaxInline bytes per SQ slot.
+			qp.inline = make([]byte, qp.sq.slots()*qp.cfg.MaxInline)
+		}
 		n := copy(qp.inline[slot*qp.cfg.MaxInline:], wr.InlineData)
 		total = uint64(n)
 	} else {

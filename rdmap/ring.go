@@ -7,19 +7,42 @@ package rdmap
 // i&mask, so an index stays valid as a name for its entry from push to
 // pop (the SQ keeps such indices). limit is the queue's depth as
 // configured, which need not be a power of two: full reports it. The
-// owner's lock guards a ring; a ring allocates only in newRing.
+// owner's lock guards a ring.
+//
+// The slots are allocated lazily, ringChunk at a time, the first time a
+// push reaches them (issue 11: an idle QP holds the slots it has used,
+// not its configured depth): a ring of 128 sqEntry slots that has only
+// ever held one entry costs one chunk. Chunks never move or go away, so
+// a pointer to a slot stays valid for the ring's life (the send engine
+// keeps one to the work request it is sending, the receive engine one to
+// the ORQ head, both outside the owner's lock). Slots are allocated in
+// push only, under the owner's lock; at, peek and pop are for live
+// entries, whose chunks exist.
 type ring[T any] struct {
-	buf        []T
+	chunks     []*[ringChunk]T // chunk k holds slots k*ringChunk ..; nil until used
 	mask       uint64
 	limit      int
 	head, tail uint64
 }
 
-// newRing returns an empty ring that holds limit entries (an array of at
-// least one slot, so that a ring of limit 0 has a valid at).
+// ringChunk is how many slots a ring allocates at once (a power of two;
+// a ring of fewer slots allocates one chunk, part of it unused).
+const ringChunk = 4
+
+// newRing returns an empty ring that holds limit entries (at least one
+// slot, so that a ring of limit 0 has a valid at once pushed).
 func newRing[T any](limit int) ring[T] {
 	n := ringSize(max(limit, 1))
-	return ring[T]{buf: make([]T, n), mask: uint64(n - 1), limit: limit}
+	return ring[T]{chunks: make([]*[ringChunk]T, (n+ringChunk-1)/ringChunk), mask: uint64(n - 1), limit: limit}
+}
+
+// slots returns the number of slots of the ring's array (allocated or
+// not).
+func (r *ring[T]) slots() int { return int(r.mask) + 1 }
+
+// ref returns slot s, which must be allocated.
+func (r *ring[T]) ref(s uint64) *T {
+	return &r.chunks[s/ringChunk][s%ringChunk]
 }
 
 // ringSize returns the smallest power of two that is at least n.
@@ -44,14 +67,14 @@ func (r *ring[T]) full() bool { return r.tail-r.head >= uint64(r.limit) }
 func (r *ring[T]) slot(i uint64) int { return int(i & r.mask) }
 
 // at returns entry i (head <= i < tail for a live entry).
-func (r *ring[T]) at(i uint64) *T { return &r.buf[i&r.mask] }
+func (r *ring[T]) at(i uint64) *T { return r.ref(i & r.mask) }
 
 // peek returns the oldest entry, or nil when the ring is empty.
 func (r *ring[T]) peek() *T {
 	if r.head == r.tail {
 		return nil
 	}
-	return &r.buf[r.head&r.mask]
+	return r.ref(r.head & r.mask)
 }
 
 // push appends an entry and returns its slot, which still holds whatever
@@ -60,9 +83,12 @@ func (r *ring[T]) peek() *T {
 // ring holds at most len(buf) entries, which a limit of at most len(buf)
 // guarantees.
 func (r *ring[T]) push() *T {
-	e := &r.buf[r.tail&r.mask]
+	s := r.tail & r.mask
+	if k := s / ringChunk; r.chunks[k] == nil {
+		r.chunks[k] = new([ringChunk]T)
+	}
 	r.tail++
-	return e
+	return r.ref(s)
 }
 
 // pop removes the oldest entry and returns its slot, valid until the
@@ -71,7 +97,7 @@ func (r *ring[T]) pop() *T {
 	if r.head == r.tail {
 		return nil
 	}
-	e := &r.buf[r.head&r.mask]
+	e := r.ref(r.head & r.mask)
 	r.head++
 	return e
 }

@@ -7,8 +7,13 @@ func TestRingSize(t *testing.T) {
 		{0, 1}, {1, 1}, {2, 2}, {3, 4}, {100, 128}, {128, 128}, {129, 256}, {1 << 20, 1 << 20},
 	} {
 		r := newRing[int](c.limit)
-		if len(r.buf) != c.slots || r.mask != uint64(c.slots-1) || r.limit != c.limit {
-			t.Errorf("newRing(%d): %d slots, mask %#x, limit %d; want %d slots", c.limit, len(r.buf), r.mask, r.limit, c.slots)
+		if r.slots() != c.slots || r.mask != uint64(c.slots-1) || r.limit != c.limit {
+			t.Errorf("newRing(%d): %d slots, mask %#x, limit %d; want %d slots", c.limit, r.slots(), r.mask, r.limit, c.slots)
+		}
+		for k, ch := range r.chunks {
+			if ch != nil {
+				t.Errorf("newRing(%d): chunk %d allocated before any push", c.limit, k)
+			}
 		}
 		if !r.empty() || r.len() != 0 || r.peek() != nil || r.pop() != nil {
 			t.Errorf("newRing(%d) not empty", c.limit)

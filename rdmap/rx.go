@@ -95,10 +95,10 @@ type rxEngine struct {
 	conn net.Conn
 	crc  bool // CRC32c negotiated for this direction
 
-	// Reading (rxio.go): the FPDU reader on a pooled buffer, and the raw
-	// readv path it places large payloads through.
+	// Reading (rxio.go): the FPDU reader, which borrows its buffer from
+	// rxPool while bytes move through it, and the raw readv path it
+	// places large payloads through.
 	rd      *mpa.Reader
-	bufp    *[]byte
 	rawConn syscall.RawConn    // nil: the connection has no file descriptor
 	iov     [2][]byte          // readvFD's vector: payload, then read-ahead
 	iovN    int                // readvFD's result
@@ -188,14 +188,16 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 			rx.readvFn = rx.readvFD
 		}
 	}
-	rx.bufp = rxPool.Get()
 	// With markers (or QPConfig.BufferedRx) whole FPDUs are read and
 	// checked before their payload is placed; headers still come first.
-	rx.rd = mpa.NewReader(rxConn{rx}, *rx.bufp, mpa.ReaderConfig{
+	// An idle reader holds no buffer from rxPool (see
+	// mpa.ReaderConfig.Buffers).
+	rx.rd = mpa.NewReader(rxConn{rx}, nil, mpa.ReaderConfig{
 		CRC:      qp.p.CRC,
 		Markers:  qp.p.MarkersRx,
 		Buffered: qp.cfg.BufferedRx || qp.p.MarkersRx,
 		Leftover: qp.p.Leftover,
+		Buffers:  rxPool,
 	})
 }
 
@@ -206,10 +208,9 @@ func (rx *rxEngine) release() {
 		rx.writeMR = nil
 	}
 	rx.readResp = nil
-	rx.rd = nil
-	if rx.bufp != nil {
-		rxPool.Put(rx.bufp)
-		rx.bufp = nil
+	if rx.rd != nil {
+		rx.rd.Release()
+		rx.rd = nil
 	}
 }
 
@@ -298,20 +299,18 @@ func (rx *rxEngine) gotFirst() {
 	if !rx.peerSpoke {
 		rx.peerSpoke = true
 		close(rx.qp.rxFirst)
+		rx.qp.ring() // a responder's send engine parked until now
 	}
 }
 
 // drain reads and drops what the peer still sends until the connection
 // ends (the send engine bounds the wait with a read deadline).
 func (rx *rxEngine) drain() error {
-	var tmp [4096]byte
-	buf := tmp[:]
-	if rx.bufp != nil {
-		buf = *rx.bufp // the reader is done with it
-	}
+	bufp := rxPool.Get()
+	defer rxPool.Put(bufp)
 	rx.draining = true
 	for {
-		if _, err := rx.read(buf); err != nil {
+		if _, err := rx.read(*bufp); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,9 @@ package rdmap
 import (
 	"encoding/binary"
 	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,15 +41,20 @@ const irqMaxBurst = 4
 // (untagged header and an Atomic Request), or a Terminate body.
 const maxCtrlHdr = 18 + 64
 
-// The send engine's buffers (rdmap/internal/bufpool): the FPDU writer's
-// scratch arena, taken when a QP starts and given back when it ends, and
-// its batch buffers with CRC, which the writer takes when a batch gets
-// its first byte and gives back when the batch is written (or the QP
-// ends), so the buffers in use are bounded by the batches being written
-// at once and an idle QP holds none.
+// The send engine's buffers: the FPDU writer's batch buffers with CRC
+// (sendBufPool) and its scratch arena and iovec array (package mpa's
+// pool), which the writer takes when a batch gets its first FPDU and
+// gives back when the batch is written (or the QP ends), and the batch's
+// list of memory references to drop after the write (releasePool), taken
+// with the first reference and given back once they are dropped: the
+// buffers in use are bounded by the batches being written at once, and
+// an idle QP holds none.
 var (
-	scratchPool = bufpool.New(mpa.WriterScratchLen)
 	sendBufPool = bufpool.New(mpa.WriterBufLen)
+	releasePool = sync.Pool{New: func() any {
+		s := make([]*MR, 0, 2*mpa.WriterMaxIOV)
+		return &s
+	}}
 )
 
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
@@ -92,12 +100,11 @@ type txEngine struct {
 	qp *QP
 
 	// Framing: FPDUs go into w's batch; headers are built in hdr.
-	w       mpa.Writer
-	scratch *[]byte // w's scratch arena, from scratchPool
-	hdr     [maxCtrlHdr]byte
-	ulpdu   int       // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
-	msn     [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
-	reqID   uint32    // last Atomic Request ID used
+	w     mpa.Writer
+	hdr   [maxCtrlHdr]byte
+	ulpdu int       // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
+	msn   [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
+	reqID uint32    // last Atomic Request ID used
 
 	// The job being transmitted (txPick starts it, txEmit continues it
 	// across batches).
@@ -118,7 +125,15 @@ type txEngine struct {
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	releases                  []*MR // references to drop once the batch is written
+	releases                  []*MR  // references to drop once the batch is written, in *releasesp
+	releasesp                 *[]*MR // from releasePool while releases is not empty
+
+	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
+	// connection a restarted one writes to; whether txGate has opened.
+	state   atomic.Int32
+	conn    net.Conn
+	gated   bool
+	restart func() // txLoop on conn, made once
 
 	// Shutdown.
 	closeTimer *time.Timer
@@ -128,21 +143,17 @@ type txEngine struct {
 
 func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.qp = qp
+	t.conn = qp.conn
+	t.restart = func() { qp.txLoop(t.conn) }
 	t.ulpdu = ulpdu
 	t.msn = [4]uint32{1, 1, 1, 1}
-	t.scratch = scratchPool.Get()
 	t.w.Init(mpa.WriterConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersTx, MaxHeader: maxCtrlHdr,
-		Scratch: *t.scratch, Buffers: sendBufPool})
-	t.releases = make([]*MR, 0, 2*mpa.WriterMaxIOV)
+		Buffers: sendBufPool})
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 }
 
 func (t *txEngine) release() {
 	t.w.Release()
-	if t.scratch != nil {
-		scratchPool.Put(t.scratch)
-		t.scratch = nil
-	}
 	t.dropReleases()
 	t.dropJobRefs()
 	// A response being sent still has its IRQ slot (freed only when its
@@ -157,24 +168,100 @@ func (t *txEngine) release() {
 // dropReleases drops the references of the jobs queued in the batch
 // (after its write, or when the QP ends).
 func (t *txEngine) dropReleases() {
+	if t.releasesp == nil {
+		return
+	}
 	for i, mr := range t.releases {
 		mr.release()
 		t.releases[i] = nil
 	}
-	t.releases = t.releases[:0]
+	*t.releasesp = t.releases[:0]
+	releasePool.Put(t.releasesp)
+	t.releasesp, t.releases = nil, nil
 }
 
-// txLoop is the send goroutine.
+// addRelease adds a reference to drop once the batch is written.
+func (t *txEngine) addRelease(mr *MR) {
+	if t.releasesp == nil {
+		t.releasesp = releasePool.Get().(*[]*MR)
+		t.releases = (*t.releasesp)[:0]
+	}
+	t.releases = append(t.releases, mr)
+}
+
+// The send goroutine runs only while the engine has something to do
+// (issue 11: an idle QP holds no send stack). Idle in RTS (nothing
+// runnable, or a responder still waiting for the initiator's first FPDU)
+// it parks: it marks the engine parked and exits, and the next doorbell
+// (ring: PostSend, an inbound Read Request, a state change, the first
+// FPDU) starts a new one, which continues with the same txEngine state.
+// The doorbell is pushed before ring looks at the mark, and txPark looks
+// for a doorbell after setting it, so no wakeup is lost: either ring
+// sees the mark and starts the goroutine, or the parking goroutine sees
+// the doorbell and carries on. While closing, the goroutine waits with
+// its timer instead; it ends for good (closing txDone) only with the
+// send direction, and is never restarted after that.
+const (
+	txStopped int32 = iota // not started (before Start)
+	txRunning              // the send goroutine runs (or has ended for good)
+	txParked               // no send goroutine: ring starts one
+)
+
+// txLoop is the send goroutine: Start starts it, ring restarts it after
+// it parked.
 func (qp *QP) txLoop(conn net.Conn) {
-	defer close(qp.txDone)
 	t := &qp.tx
-	if !qp.txGate() {
-		qp.txShutdown(conn, false)
-		return
+	for !t.gated {
+		switch qp.txGate() {
+		case gateClosed:
+			qp.txShutdown(conn, false)
+			close(qp.txDone)
+			return
+		case gateWait:
+			if qp.txPark() {
+				return
+			}
+			continue
+		}
+		t.gated = true
+		if qp.p.P2P && qp.p.Initiator && qp.p.RTR != mpa.RTRNone {
+			t.job = jobRTR
+		}
 	}
-	if qp.p.P2P && qp.p.Initiator && qp.p.RTR != mpa.RTRNone {
-		t.job = jobRTR
+	if qp.txRun(conn) {
+		close(qp.txDone)
 	}
+}
+
+// txPark parks the send goroutine (see txStopped): it reports true when
+// the goroutine is to exit, false when a doorbell came meanwhile and it
+// carries on.
+func (qp *QP) txPark() bool {
+	t := &qp.tx
+	// Let a poster that is about to ring run first: a doorbell that
+	// comes now is taken without ending this goroutine and starting
+	// another.
+	runtime.Gosched()
+	select {
+	case <-qp.bell:
+		return false
+	default:
+	}
+	t.state.Store(txParked)
+	select {
+	case <-qp.bell:
+		// Rung before or while parking: carry on, unless ring has
+		// already started the next goroutine (which makes a full pass).
+		return !t.state.CompareAndSwap(txParked, txRunning)
+	default:
+		return true
+	}
+}
+
+// txRun is the send loop. It reports true when the send direction has
+// ended, false when the goroutine parked.
+func (qp *QP) txRun(conn net.Conn) bool {
+	t := &qp.tx
 	closing := false
 	for {
 		qp.mu.Lock()
@@ -192,10 +279,10 @@ func (qp *QP) txLoop(conn net.Conn) {
 				qp.txSendTerminate(conn, &ti)
 			}
 			qp.txShutdown(conn, true)
-			return
+			return true
 		case StateError:
 			qp.txShutdown(conn, true)
-			return
+			return true
 		case StateClosing:
 			if !closing {
 				closing = true
@@ -220,60 +307,76 @@ func (qp *QP) txLoop(conn net.Conn) {
 		// for the responses to our Reads first.
 		if closing && (qp.rx.ended.Load() || (qp.txIdle() && (t.halfClose || qp.orqEmpty()))) {
 			qp.txShutdown(conn, false)
-			return
+			return true
 		}
 		if closing {
 			select {
 			case <-qp.bell:
 			case <-t.closeTimer.C:
 				qp.txShutdown(conn, false)
-				return
+				return true
 			}
 			continue
 		}
-		<-qp.bell
+		if qp.txPark() {
+			return false
+		}
 	}
 }
 
+// txGate's answers.
+type gate uint8
+
+const (
+	gateOpen   gate = iota // send
+	gateWait               // a responder waiting for the first FPDU: park
+	gateClosed             // the QP left RTS before anything could be sent
+)
+
 // txGate holds the first FPDU back: a responder waits for the
 // initiator's first FPDU (RFC 5044; Linux siw drops a connection that
-// sends right after its Reply), an initiator waits FirstSendDelay. It
-// reports false if the QP left RTS meanwhile: then nothing may be sent.
-func (qp *QP) txGate() bool {
-	var timer <-chan time.Time
-	first := qp.rxFirst
-	if qp.p.Initiator {
-		if qp.p.FirstSendDelay <= 0 {
-			return true
+// sends right after its Reply) parked (gateWait: the receive engine
+// rings when the FPDU arrives), an initiator waits FirstSendDelay. It
+// reports gateClosed if the QP left RTS meanwhile: then nothing may be
+// sent.
+func (qp *QP) txGate() gate {
+	if !qp.p.Initiator {
+		select {
+		case <-qp.rxFirst:
+			return gateOpen
+		default:
 		}
-		tm := time.NewTimer(qp.p.FirstSendDelay)
-		defer tm.Stop()
-		timer = tm.C
-		first = nil // the initiator waits for its delay only
+		qp.mu.Lock()
+		st := qp.state
+		qp.mu.Unlock()
+		if st != StateRTS {
+			// A responder that has not heard from the initiator may
+			// still close; a Terminate it could not send is dropped.
+			select {
+			case <-qp.rxFirst:
+				return gateOpen
+			default:
+				return gateClosed
+			}
+		}
+		return gateWait
 	}
+	if qp.p.FirstSendDelay <= 0 {
+		return gateOpen
+	}
+	tm := time.NewTimer(qp.p.FirstSendDelay)
+	defer tm.Stop()
 	for {
 		select {
-		case <-first:
-			return true
-		case <-timer:
-			return true
+		case <-tm.C:
+			return gateOpen
 		case <-qp.bell:
 		}
 		qp.mu.Lock()
 		st := qp.state
 		qp.mu.Unlock()
 		if st != StateRTS {
-			if qp.p.Initiator {
-				return true
-			}
-			// A responder that has not heard from the initiator may
-			// still close; a Terminate it could not send is dropped.
-			select {
-			case <-qp.rxFirst:
-				return true
-			default:
-				return false
-			}
+			return gateOpen
 		}
 	}
 }
@@ -636,7 +739,7 @@ func (t *txEngine) finishWR() {
 	t.queuedUpTo = t.wrIdx + 1
 	t.job, t.wr = jobNone, nil
 	for i := range t.njobRefs {
-		t.releases = append(t.releases, t.jobRefs[i])
+		t.addRelease(t.jobRefs[i])
 		t.jobRefs[i] = nil
 	}
 	t.njobRefs = 0
@@ -776,7 +879,7 @@ func (qp *QP) txEmitResponse() bool {
 			}
 		}
 		if r.mr != nil {
-			t.releases = append(t.releases, r.mr)
+			t.addRelease(r.mr)
 		}
 	}
 	qp.sqMu.Lock()

@@ -271,8 +271,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		// loop, so a client that does not read cannot stall the others.
 		s.wg.Add(1)
 		go func() {
-			defer s.wg.Done()
-			s.handle(sctx, req)
+			if !s.handle(sctx, req) {
+				s.wg.Done()
+			}
 		}()
 	}
 	return s.shutdown()
@@ -312,13 +313,20 @@ func (s *Server) shutdown() error {
 	return nil
 }
 
-func (s *Server) handle(ctx context.Context, req *cm.Request) {
+// errDetached is what a service returns when it has handed its
+// connection to a callback (serveRegion): the session ends, and the
+// server's wait group is done, when that callback has run.
+var errDetached = errors.New("siwd: service detached")
+
+// handle serves one request. It reports true when the service detached
+// (errDetached): then its callback calls ss.end and s.wg.Done.
+func (s *Server) handle(ctx context.Context, req *cm.Request) bool {
 	ss := &Session{s: s, req: req, lg: s.lg.With(zap.Stringer("remote", req.RemoteAddr))}
 	ap, _ := netip.ParseAddrPort(req.RemoteAddr.String())
 	release, refused := s.acl.Admit(ap.Addr())
 	if refused != nil {
 		ss.Reject(refused.Kind, refused.Reason)
-		return
+		return false
 	}
 	ss.release = release
 	pd := req.PrivateData
@@ -341,7 +349,12 @@ func (s *Server) handle(ctx context.Context, req *cm.Request) {
 		}
 	}
 	ss.lg = ss.lg.With(zap.String("service", ss.service))
-	ss.end(serve())
+	err := serve()
+	if err == errDetached {
+		return true
+	}
+	ss.end(err)
+	return false
 }
 
 func (s *Server) serveRping(ctx context.Context, ss *Session) error {
@@ -401,36 +414,59 @@ func (s *Server) serveRegion(ctx context.Context, ss *Session, name string) erro
 	if r.Access&proto.AccessWrite != 0 {
 		acc |= rdmap.AccessRemoteWrite | rdmap.AccessLocalWrite
 	}
+	// What the service holds, released in reverse order when it ends.
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
 	mr, err := pd.RegisterMemory(r.mem, acc)
 	if err != nil {
 		ss.Reject("resources", "gosiw siwd: cannot register the region")
 		return err
 	}
-	defer mr.Deregister()
+	undo = append(undo, func() { mr.Deregister() })
 	cq, err := s.dev.CreateCQ(16)
 	if err != nil {
 		ss.Reject("resources", "gosiw siwd: out of resources")
+		cleanup()
 		return err
 	}
-	defer cq.Close()
+	undo = append(undo, func() { cq.Close() })
 	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
 	if err != nil {
 		ss.Reject("resources", "gosiw siwd: out of resources")
+		cleanup()
 		return err
 	}
-	defer qp.Close()
+	undo = append(undo, func() { qp.Close() })
 	conn, err := ss.Accept(cm.ConnParam{QP: qp, IRD: max(req.ORD, 1), ORD: max(req.IRD, 1),
 		PrivateData: []byte(proto.RegionReply(mr.STag(), r.Size, r.Access))})
 	if err != nil {
+		cleanup()
 		return err
 	}
-	defer conn.Close()
-	select {
-	case <-conn.Done():
-	case <-ctx.Done():
+	// The peer moves the data; nothing here waits for the end (issue
+	// 11: an idle connection costs no service goroutine). The session
+	// ends once the connection has (ctx, a WithoutCancel context in
+	// Serve, is honoured the same way if it can end).
+	var once sync.Once
+	finish := func() {
+		once.Do(func() {
+			_ = conn.Close()
+			st := qp.Stats()
+			s.m.Bytes.WithLabelValues("rx", "region").Add(float64(st.RxBytes))
+			s.m.Bytes.WithLabelValues("tx", "region").Add(float64(st.TxBytes))
+			cleanup()
+			ss.end(nil)
+			s.wg.Done()
+		})
 	}
-	st := qp.Stats()
-	s.m.Bytes.WithLabelValues("rx", "region").Add(float64(st.RxBytes))
-	s.m.Bytes.WithLabelValues("tx", "region").Add(float64(st.TxBytes))
-	return nil
+	stop := context.AfterFunc(ctx, finish)
+	conn.AfterDone(func() {
+		stop()
+		finish()
+	})
+	return errDetached
 }

@@ -2,8 +2,8 @@
 //
 // Pool is a size class of scratch buffers (a sync.Pool of pointers, so a
 // Put does not allocate; after wireguard-go device/pools.go): the QP
-// engines take their receive buffer and framing scratch from one when a
-// connection starts and give it back when it ends.
+// engines borrow their receive buffer and batch buffers from one while
+// data moves and give them back when they go idle.
 //
 // Slab is a bounded set of equal chunks cut from one backing array (for
 // example memory mapped outside the Go heap and registered once): Get

@@ -1,0 +1,5 @@
+//go:build !race
+
+package mpa_test
+
+const raceEnabled = false
