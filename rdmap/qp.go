@@ -585,7 +585,7 @@ func (qp *QP) finish() {
 // AfterDone arranges for f to run in its own goroutine once Done is
 // closed, or at once (in its own goroutine too) if it already is: as
 // context.AfterFunc does for a context, without a goroutine parked on
-// Done meanwhile (issue 11: an idle connection costs no watcher stack).
+// Done meanwhile (an idle connection then costs no watcher stack).
 // Each call runs its f exactly once.
 func (qp *QP) AfterDone(f func()) {
 	qp.mu.Lock()

@@ -10,7 +10,7 @@ package rdmap
 // owner's lock guards a ring.
 //
 // The slots are allocated lazily, ringChunk at a time, the first time a
-// push reaches them (issue 11: an idle QP holds the slots it has used,
+// push reaches them (an idle QP holds the slots it has used,
 // not its configured depth): a ring of 128 sqEntry slots that has only
 // ever held one entry costs one chunk. Chunks never move or go away, so
 // a pointer to a slot stays valid for the ring's life (the send engine

@@ -53,7 +53,7 @@ import (
 // the connection. A Data Sink that must never see such bytes can set
 // QPConfig.BufferedRx, which checks the CRC before placing.
 //
-// Header first (issue 9): the DDP header, with the RDMAP control byte in
+// Header first, as Linux siw checks: the DDP header, with the RDMAP control byte in
 // it, is checked as soon as its bytes are in, before the rest of the
 // ULPDU is awaited. Without CRC a failed check is answered at once with
 // its Terminate (as siw does) and the rest of the stream is drained.

@@ -190,7 +190,7 @@ func (t *txEngine) addRelease(mr *MR) {
 }
 
 // The send goroutine runs only while the engine has something to do
-// (issue 11: an idle QP holds no send stack). Idle in RTS (nothing
+// (an idle QP holds no send stack). Idle in RTS (nothing
 // runnable, or a responder still waiting for the initiator's first FPDU)
 // it parks: it marks the engine parked and exits, and the next doorbell
 // (ring: PostSend, an inbound Read Request, a state change, the first
