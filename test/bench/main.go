@@ -30,9 +30,9 @@
 //
 // The cases run round-robin -count times (baselines next to the gosiw
 // cases they serve) and each keeps its best run, which makes the ratios
-// steadier on a busy machine. The output is a table (with the performance targets
-// the bench holds (see target), allocations per operation, the ratio of CPU time per
-// operation, which depends less on other load than throughput does, and
+// steadier on a busy machine. The output is a table (with the
+// performance targets, see target; allocations per operation; the ratio
+// of CPU time per operation, which depends less on other load than throughput does, and
 // the diagnostic ratio against the mirrored baseline), then one line per
 // measured case and baseline for comparing runs:
 //
