@@ -613,6 +613,9 @@ func probeLinux() (string, error) {
 		"ird": 128.0, "ord": 128.0, "crc_when_requested": "on", "crc_when_not_requested": "off",
 		"markers": "refused", "markers_refusal": "reply_r_set", "p2p": true, "rtr_chosen": "write",
 		"max_private_data": 256.0,
+		// Linux siw has no [MS-SMBD] header: its revision 1 Reply carries
+		// rping's private data only.
+		"smbd_header": "no header",
 	}
 	var bad []string
 	var got []string
