@@ -137,6 +137,11 @@ type Writer struct {
 	join   bool
 	scrEnd int
 	spare  int
+	// A batch partly written (Wrote): zero copy, iov[iovHead:] is the
+	// rest (iov[iovHead] trimmed in place); copy mode, batch[batchOff:].
+	iovHead  int
+	batchOff int
+	pend     [1][]byte // copy mode: Pending's result
 
 	fpduStart uint64 // stream offset of the current FPDU
 	fpduCRC   uint32 // CRC so far of the current FPDU (copy mode)
@@ -211,6 +216,8 @@ func (w *Writer) Reset() {
 	}
 	w.batchBytes, w.fpdus = 0, 0
 	w.scrEnd, w.spare = -1, 0
+	w.iovHead, w.batchOff = 0, 0
+	w.pend[0] = nil
 }
 
 // Release empties the batch and lets go of WriterConfig.Scratch and of
@@ -406,22 +413,71 @@ func (w *Writer) putScratch(s int) {
 	w.scrEnd = len(w.scratch)
 }
 
-// Flush writes the batch, without CRC with one writev (net.Buffers),
-// with CRC with one write of the batch buffer, and empties it. It returns
-// the bytes written.
+// Pending returns the bytes of the batch not yet written, in order, as
+// the iovecs of one writev: the whole batch, or its rest after Wrote.
+// The slices are valid until the next call that changes w; nothing may
+// be added to a batch between its first Wrote and its end.
+func (w *Writer) Pending() [][]byte {
+	if w.crc {
+		if w.batchOff == len(w.batch) {
+			return nil
+		}
+		w.pend[0] = w.batch[w.batchOff:]
+		return w.pend[:]
+	}
+	return w.iov[w.iovHead:]
+}
+
+// Wrote records that the first n bytes of Pending have been written
+// (by a write of the caller's: a non-blocking writev may take any part of
+// a batch). Once the whole batch is written it empties the batch, as
+// Flush does, and reports true; otherwise the rest stays for Pending, a
+// later Wrote or Flush, and the batch counts as not Empty.
+func (w *Writer) Wrote(n int) bool {
+	if w.crc {
+		w.batchOff += n
+		if w.batchOff < len(w.batch) {
+			return false
+		}
+		w.Reset()
+		return true
+	}
+	for n > 0 && w.iovHead < len(w.iov) {
+		p := w.iov[w.iovHead]
+		if n < len(p) {
+			w.iov[w.iovHead] = p[n:]
+			return false
+		}
+		n -= len(p)
+		w.iov[w.iovHead] = nil
+		w.iovHead++
+	}
+	for w.iovHead < len(w.iov) && len(w.iov[w.iovHead]) == 0 {
+		w.iovHead++
+	}
+	if w.iovHead < len(w.iov) {
+		return false
+	}
+	w.Reset()
+	return true
+}
+
+// Flush writes the batch (or the rest Wrote left of it), without CRC
+// with one writev (net.Buffers), with CRC with one write of the batch
+// buffer, and empties it. It returns the bytes written.
 func (w *Writer) Flush(dst io.Writer) (int, error) {
 	if w.crc {
-		if len(w.batch) == 0 {
+		if len(w.batch) == w.batchOff {
 			return 0, nil
 		}
-		n, err := dst.Write(w.batch)
+		n, err := dst.Write(w.batch[w.batchOff:])
 		w.Reset()
 		return n, err
 	}
-	if len(w.iov) == 0 {
+	if len(w.iov) == w.iovHead {
 		return 0, nil
 	}
-	w.wv = w.iov
+	w.wv = w.iov[w.iovHead:]
 	n, err := w.wv.WriteTo(dst)
 	w.wv = nil
 	w.Reset()

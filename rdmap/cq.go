@@ -47,6 +47,18 @@ type CQ struct {
 	users    []*QP       // QPs that complete into this CQ; +checklocks:mu
 	closed   bool        // +checklocks:mu
 	notify   chan struct{}
+
+	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
+	// CQ this is, driving it while a waiter runs its receive engine;
+	// wctx and wstop are the context watch registers for drivers (kept
+	// for the next Wait with the same context), ctxDoneFn is ctxDone,
+	// bound once.
+	poll      atomic.Pointer[QP]
+	driving   atomic.Pointer[QP]
+	wmu       sync.Mutex
+	wctx      context.Context // +checklocks:wmu
+	wstop     func() bool     // +checklocks:wmu
+	ctxDoneFn func()
 }
 
 // MaxCQE is the largest CQ size CreateCQ accepts.
@@ -60,7 +72,9 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n <= 0 || n > MaxCQE {
 		return nil, errConfigf("CreateCQ: %d completions, want 1..%d", n, MaxCQE)
 	}
-	return &CQ{dev: d, ring: newRing[WC](n), notify: make(chan struct{}, 1)}, nil
+	cq := &CQ{dev: d, ring: newRing[WC](n), notify: make(chan struct{}, 1)}
+	cq.ctxDoneFn = cq.ctxDone
+	return cq, nil
 }
 
 // Cap returns the capacity of the CQ's ring.
@@ -134,6 +148,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if closed {
 			return ErrClosed
 		}
+		if qp := cq.poll.Load(); qp != nil && ctx.Err() == nil && qp.rxDrive(cq, ctx) {
+			continue // the QP's receive ran here (PollRx): look again
+		}
 		select {
 		case <-cq.notify:
 		case <-ctx.Done():
@@ -197,7 +214,17 @@ func (cq *CQ) overflowBoundLocked() int {
 // the overrun, which overflowBoundLocked counts.
 func (cq *CQ) overran() bool { return cq.overflow.Load() }
 
+// wake wakes a goroutine in Wait: one waiting on notify, or one running
+// a PollRx QP's receive engine (kicked: rxpoll.go).
 func (cq *CQ) wake() {
+	if qp := cq.driving.Load(); qp != nil {
+		qp.rx.kick()
+	}
+	cq.wakeWaiter()
+}
+
+// wakeWaiter wakes a goroutine waiting on notify.
+func (cq *CQ) wakeWaiter() {
 	select {
 	case cq.notify <- struct{}{}:
 	default:
@@ -235,6 +262,7 @@ func (cq *CQ) attach(qp *QP) error {
 }
 
 func (cq *CQ) detach(qp *QP) {
+	cq.poll.CompareAndSwap(qp, nil)
 	cq.mu.Lock()
 	for i, u := range cq.users {
 		if u == qp {
@@ -255,6 +283,7 @@ func (cq *CQ) Close() error {
 	}
 	cq.closed = true
 	cq.mu.Unlock()
+	cq.unwatch()
 	cq.wake()
 	return nil
 }

@@ -67,6 +67,19 @@ type QPConfig struct {
 	// request fails with ErrNotSupported and receiving one ends the
 	// connection with a Terminate (unexpected opcode), as siw does.
 	RFC7306 bool
+	// PollRx is the polling mode: the QP's receive engine runs on the
+	// goroutine that waits on RecvCQ (CQ.Wait), run to completion, while
+	// one does, so that a message for a waiting application costs one
+	// wakeup instead of two (the receive goroutine's and the waiter's).
+	// While nobody waits the socket is not read; after a millisecond
+	// without a waiter the receive goroutine reads again (Read Requests,
+	// Terminates and the peer's close are handled then), until the next
+	// Wait takes the engine back, at an FPDU boundary. CQ.Poll never
+	// reads the socket. A CQ drives at most one PollRx QP: CreateQP
+	// fails with ErrConfig for a second one on the same RecvCQ (until
+	// the first is destroyed). Completions, their order and every rule
+	// of the receive path are the same in both modes.
+	PollRx bool
 	// SignalAll makes every send work request signaled.
 	SignalAll bool
 	// BufferedRx makes the receive path read each whole FPDU into a
@@ -292,6 +305,11 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 		qp.scq.detach(qp)
 		return nil, err
 	}
+	if c.PollRx && !qp.rcq.poll.CompareAndSwap(nil, qp) {
+		qp.scq.detach(qp)
+		qp.rcq.detach(qp)
+		return nil, errConfigf("QPConfig.PollRx: RecvCQ already drives another PollRx QP")
+	}
 	if qp.srq != nil {
 		if err := qp.srq.attach(); err != nil {
 			qp.scq.detach(qp)
@@ -432,7 +450,7 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 	}
 	qp.started = true
 	qp.tx.state.Store(txRunning)
-	go qp.rxLoop(conn)
+	qp.rxStartPoll(conn)
 	go qp.txLoop(conn)
 	qp.lg.Info("qp connected",
 		zap.Bool("initiator", pc.Initiator), zap.Bool("crc", pc.CRC),
@@ -730,6 +748,18 @@ func (qp *QP) irqPush(r irqEntry) {
 // WRBindMW is checked at once as far as the SQ ahead of it cannot change
 // the outcome (ErrInvalidWR, ErrWrongPD, ErrAccess, ErrInvalidSGE; see
 // MemOp, MW) and otherwise when executed.
+//
+// PostSend never blocks. A request posted to an idle QP (the only one
+// the send engine has not yet taken, no Read or Atomic Response waiting,
+// the send goroutine parked, the QP in RTS) that is no Local Invalidate,
+// fast registration or window bind and whose message is one FPDU (at
+// most the MULPDU less the DDP header) is written on the caller's
+// goroutine, a direct send: no send goroutine is woken, and the message
+// costs one non-blocking writev. When the socket takes it whole, it has
+// also completed: a signaled request's completion is in the send CQ when
+// PostSend returns. What the socket does not take at once, and every
+// other request, the send goroutine writes, in the same order.
+// QPStats.TxDirect and TxDirectRest count direct sends.
 func (qp *QP) PostSend(wr SendWR) error {
 	if err := qp.validateSend(&wr); err != nil {
 		return err
@@ -797,8 +827,13 @@ func (qp *QP) PostSend(wr SendWR) error {
 		}
 		return nil
 	}
+	// Alone in the SQ, nothing else to send: written here if the send
+	// engine is parked (txdirect.go).
+	direct := qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(e.op)
 	qp.sqMu.Unlock()
-	qp.ring()
+	if !direct || !qp.txDirect() {
+		qp.ring()
+	}
 	return nil
 }
 

@@ -114,6 +114,16 @@ type rxEngine struct {
 	// its side down (Unix ns; 0: none).
 	shutdownAt atomic.Int64
 
+	// Who holds the engine (rxpoll.go: rxGoroutine unless PollRx), and
+	// the request to give it back; a PollRx QP's idle timer; run,
+	// runDriven and qp.rxIdle, bound once.
+	owner    atomic.Int32
+	yield    atomic.Bool
+	idle     *time.Timer
+	runFn    func() error
+	drivenFn func() error
+	idleFn   func()
+
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
 	peerSpoke  bool        // the first FPDU (or part of one) arrived: rxFirst closed
@@ -182,6 +192,7 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.untagged.Reset()
 	rx.stallTimeout = qp.cfg.RxStallTimeout
 	rx.place.rx = rx
+	rx.runFn, rx.drivenFn, rx.idleFn = rx.run, rx.runDriven, qp.rxIdle
 	if sc, ok := conn.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			rx.rawConn = rc
@@ -217,15 +228,12 @@ func (rx *rxEngine) release() {
 // rxLoop is the receive goroutine. When it stops reading it waits for the
 // send goroutine and then finishes the QP.
 func (qp *QP) rxLoop(conn net.Conn) {
-	rx := &qp.rx
-	err := qp.guardRx(rx.run) // a fault in registered memory fails this QP only
-	rx.ended.Store(true)
-	if rx.err == nil && err != io.EOF {
-		rx.err = err
+	err := qp.guardRx(qp.rx.runFn) // a fault in registered memory fails this QP only
+	if err == errYield {
+		qp.rxYielded() // PollRx: a waiter takes the engine (rxpoll.go)
+		return
 	}
-	qp.rxEnd(conn, err)
-	<-qp.txDone
-	qp.finish()
+	qp.rxFinal(conn, err)
 }
 
 // errTruncated is the cause of a Terminate for an FPDU cut short by the
@@ -322,6 +330,9 @@ func (rx *rxEngine) run() error {
 	for {
 		if qp.broken.Load() {
 			return rx.drain()
+		}
+		if rx.yield.Load() {
+			return errYield
 		}
 		ti, err := rx.fpdu()
 		rx.dropRefs()
@@ -875,8 +886,20 @@ func (rx *rxEngine) end() *termInfo {
 // pushRecv queues a receive completion; an overflow fails the QPs of the
 // CQ.
 func (qp *QP) pushRecv(wc *WC) {
-	if !qp.rcq.push(wc) {
-		qp.rcq.overflowed()
+	rcq := qp.rcq
+	rcq.mu.Lock()
+	ok := rcq.pushLocked(wc)
+	rcq.mu.Unlock()
+	if rcq.driving.Load() == qp {
+		// The driver of a PollRx QP runs this engine: it is not in a
+		// read, and looks at yield after the FPDU (rxpoll.go).
+		qp.rx.yield.Store(true)
+		rcq.wakeWaiter()
+	} else {
+		rcq.wake()
+	}
+	if !ok {
+		rcq.overflowed()
 	}
 }
 

@@ -122,7 +122,15 @@ func (rx *rxEngine) read(p []byte) (int, error) {
 			if n > 0 {
 				return n, nil
 			}
+			if rx.yieldNow() {
+				return 0, errYield // PollRx: another holder takes the engine
+			}
 			if err = rx.expired(); err == nil {
+				if rx.yieldNow() {
+					// A kick between the check and the re-armed
+					// deadline (which replaced its poke).
+					return 0, errYield
+				}
 				continue
 			}
 		}

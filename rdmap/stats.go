@@ -5,7 +5,11 @@ import "sync/atomic"
 // QPStats are a QP's data path counters.
 type QPStats struct {
 	TxFPDUs, TxBytes, TxWritevs uint64
-	RxFPDUs, RxBytes            uint64
+	// TxDirect counts batches written on a poster's goroutine (a direct
+	// send: see PostSend); TxDirectRest those of them whose rest (all of
+	// it, when the socket took nothing) the send goroutine wrote.
+	TxDirect, TxDirectRest uint64
+	RxFPDUs, RxBytes       uint64
 	// RxPlacedDirect counts payload bytes read from the socket straight
 	// into registered memory; RxPlacedCopied those copied from the
 	// receive buffer (all of them under CRC, which is checked in the
@@ -17,6 +21,7 @@ type QPStats struct {
 
 type qpCounters struct {
 	txFPDUs, txBytes, txWritevs    atomic.Uint64
+	txDirect, txDirectRest         atomic.Uint64
 	rxFPDUs, rxBytes               atomic.Uint64
 	rxDirect, rxCopied             atomic.Uint64
 	termSent, termRecvd, crcErrors atomic.Uint64
@@ -27,6 +32,7 @@ func (qp *QP) Stats() QPStats {
 	c := &qp.stats
 	return QPStats{
 		TxFPDUs: c.txFPDUs.Load(), TxBytes: c.txBytes.Load(), TxWritevs: c.txWritevs.Load(),
+		TxDirect: c.txDirect.Load(), TxDirectRest: c.txDirectRest.Load(),
 		RxFPDUs: c.rxFPDUs.Load(), RxBytes: c.rxBytes.Load(),
 		RxPlacedDirect: c.rxDirect.Load(), RxPlacedCopied: c.rxCopied.Load(),
 		TerminatesSent: c.termSent.Load(), TerminatesRecvd: c.termRecvd.Load(),

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -135,6 +136,20 @@ type txEngine struct {
 	gated   bool
 	restart func() // txLoop on conn, made once
 
+	// The direct send (txdirect.go): raw is the connection's RawConn
+	// (nil without one); writeFn (t.directWrite) and buildFn
+	// (qp.txDirectBuild), bound once, with writeFn's argument pend and
+	// results dn, derr; rest is set while the writer holds the unwritten
+	// rest of a batch a direct send began, of restFPDUs FPDUs.
+	raw       syscall.RawConn
+	writeFn   func(fd uintptr) bool
+	buildFn   func() (bool, error)
+	pend      [][]byte
+	dn        int
+	derr      error
+	rest      bool
+	restFPDUs int
+
 	// Shutdown.
 	closeTimer *time.Timer
 	halfClose  bool  // the connection has CloseWrite
@@ -150,6 +165,9 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.w.Init(mpa.WriterConfig{CRC: qp.p.CRC, Markers: qp.p.MarkersTx, MaxHeader: maxCtrlHdr,
 		Buffers: sendBufPool})
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
+	t.raw = rawConnOf(qp.conn)
+	t.writeFn = t.directWrite
+	t.buildFn = qp.txDirectBuild
 }
 
 func (t *txEngine) release() {
@@ -205,6 +223,7 @@ const (
 	txStopped int32 = iota // not started (before Start)
 	txRunning              // the send goroutine runs (or has ended for good)
 	txParked               // no send goroutine: ring starts one
+	txDirect               // no send goroutine: a direct send holds the engine (txdirect.go)
 )
 
 // txLoop is the send goroutine: Start starts it, ring restarts it after
@@ -402,6 +421,7 @@ func (qp *QP) orqEmpty() bool {
 // engine stops waiting for the peer (to drain after a Terminate, or for
 // the peer's FIN after a graceful close).
 func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
+	defer qp.rxTakeBack() // PollRx: a free receive engine gets its goroutine back
 	if qp.aborting.Load() {
 		return // reset, not closed: no FIN before the RST
 	}
@@ -420,7 +440,8 @@ func (qp *QP) txShutdown(conn net.Conn, errorPath bool) {
 }
 
 // txSendTerminate sends the Terminate (best effort: the stream is at an
-// FPDU boundary, since batches are written whole).
+// FPDU boundary, since batches are written whole, a direct send's rest
+// included).
 func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 	t := &qp.tx
 	layout := wire.LayoutRFC
@@ -428,11 +449,19 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 		layout = wire.LayoutSiw
 	}
 	msg := ti.message(layout)
+	_ = conn.SetWriteDeadline(time.Now().Add(termWriteTimeout))
+	if t.rest {
+		// A direct send's unwritten rest ends its FPDU first.
+		t.rest = false
+		if _, err := t.w.Flush(conn); err != nil {
+			qp.lg.Info("terminate not sent", zap.Error(err))
+			return
+		}
+	}
 	t.w.Reset()
 	t.emitControl(func(h []byte) []byte {
 		return wire.AppendTerminate(t.untagged(h, wire.OpTerminate, wire.QNTerminate), &msg)
 	})
-	_ = conn.SetWriteDeadline(time.Now().Add(termWriteTimeout))
 	n, err := t.w.Flush(conn)
 	qp.stats.txBytes.Add(uint64(n))
 	if err != nil {
@@ -445,23 +474,30 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 		zap.String("type", wire.ETypeName(ti.layer, ti.etype)), zap.String("code", wire.CodeName(ti.layer, ti.etype, ti.code)))
 }
 
-// txBatch fills one batch and writes it. It reports whether anything
+// txBatch fills one batch and writes it, or first writes the rest of
+// the batch a direct send left (txdirect.go). It reports whether anything
 // happened (FPDUs sent or work requests completed).
 func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	t := &qp.tx
-	t.w.Reset()
-	for !qp.broken.Load() {
-		if t.job == jobNone && !qp.txPick() {
-			break
-		}
-		if !qp.txEmit() {
-			break
+	if !t.rest {
+		t.w.Reset()
+		for !qp.broken.Load() {
+			if t.job == jobNone && !qp.txPick() {
+				break
+			}
+			if !qp.txEmit() {
+				break
+			}
 		}
 	}
 	sent := !t.w.Empty()
 	var err error
 	if sent {
 		fpdus := t.w.FPDUs()
+		if t.rest {
+			fpdus = t.restFPDUs
+		}
+		t.rest = false
 		var n int
 		n, err = t.w.Flush(conn)
 		qp.stats.txBytes.Add(uint64(n))
@@ -474,6 +510,14 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	if err != nil {
 		return sent, err
 	}
+	return qp.txWritten() || sent, nil
+}
+
+// txWritten completes what the batch just written held: its Sends,
+// Writes and Local Invalidates, in SQ order. It reports whether any work
+// request was completed.
+func (qp *QP) txWritten() bool {
+	t := &qp.tx
 	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
@@ -489,7 +533,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			qp.scq.overflowed()
 		}
 	}
-	return sent || done, nil
+	return done
 }
 
 // awaitsResponse reports whether a work request of op completes when

@@ -9,7 +9,7 @@
 // file-backed regions itself (internal/daemon, mapfile_linux.go).
 //
 // On systems other than Linux TCPMaxSeg and MapGuarded return
-// errors.ErrUnsupported; Readv and SockError exist on every Unix (where
-// golang.org/x/sys has no readv(2), Readv reads into the first non-empty
-// buffer only: a short read, which every caller handles).
+// errors.ErrUnsupported; Readv, Writev and SockError exist on every Unix (where
+// golang.org/x/sys has no readv(2) or writev(2), they use the first non-empty
+// buffer only: a short read or write, which every caller handles).
 package sys

@@ -11,3 +11,19 @@ import "golang.org/x/sys/unix"
 func Readv(fd uintptr, iov [][]byte) (int, error) {
 	return unix.Readv(int(fd), iov)
 }
+
+// WritevMaxIOV is the most iovecs Writev passes to one writev(2), which
+// keeps the call free of allocations.
+const WritevMaxIOV = 8
+
+// Writev writes the first WritevMaxIOV (at most) slices of iov to the
+// socket fd with one writev(2) and returns what it returned: the bytes
+// written (perhaps fewer than given), or the bare syscall.Errno (EINTR
+// and EAGAIN included). fd must be the descriptor RawConn.Write hands its
+// callback.
+func Writev(fd uintptr, iov [][]byte) (int, error) {
+	if len(iov) > WritevMaxIOV {
+		iov = iov[:WritevMaxIOV]
+	}
+	return unix.Writev(int(fd), iov)
+}

@@ -8,3 +8,12 @@ package sys
 // this system: it reads into the first non-empty buffer only (a short
 // read). fd must be the descriptor RawConn.Read hands its callback.
 func Readv(fd uintptr, iov [][]byte) (int, error) { return readFirst(fd, iov) }
+
+// WritevMaxIOV is the most iovecs Writev takes from its argument.
+const WritevMaxIOV = 8
+
+// Writev writes to the socket fd from iov and returns the bytes written,
+// or the bare syscall.Errno (EINTR and EAGAIN included). golang.org/x/sys
+// has no writev(2) for this system: it writes the first non-empty buffer
+// only (a short write, which every caller handles).
+func Writev(fd uintptr, iov [][]byte) (int, error) { return writeFirst(fd, iov) }

@@ -1,0 +1,244 @@
+package rdmap
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"reflect"
+	"time"
+)
+
+// The polling mode (QPConfig.PollRx): the receive engine of the QP runs
+// on the goroutine that waits on the QP's receive CQ (CQ.Wait), run to
+// completion, instead of on the receive goroutine, so that a message
+// that arrives for a waiting application costs one wakeup (the poller's
+// readiness of the socket wakes the waiter itself), as a plain TCP
+// read does.
+//
+// The engine's state belongs to whoever holds it, as rxEngine.owner
+// says: rxStopped (not started, or ended for good), rxGoroutine (the
+// receive goroutine), rxFree (nobody) or rxDriver (a goroutine in
+// CQ.Wait). Every move between holders is an atomic store or
+// compare-and-swap of owner, so the next holder sees what the last one
+// left.
+//
+//   - CQ.Wait on an empty CQ whose driven QP (CQ.poll) is rxFree takes it
+//     (rxDrive) and runs the engine until the CQ gets a completion or the
+//     wait's context is done: both set rxEngine.yield and poke the
+//     connection's read deadline (kick), so the engine, blocked in a
+//     read between FPDUs, returns errYield; an FPDU in progress is read
+//     to its end first. A completion the engine itself pushes sets yield
+//     without the poke (it is not reading then). The waiter then gives
+//     the engine back (rxFree) and arms the QP's idle timer.
+//   - While nobody holds it, the socket is not read; once it has been
+//     free for pollRxIdle (the timer fires), the receive goroutine takes
+//     it back, so inbound Read Requests, Terminates and the peer's close
+//     are handled while the application does not wait. A Wait that finds
+//     the receive goroutine holding the engine kicks it: it returns it
+//     at the next FPDU boundary and wakes the CQ's waiters, one of whom
+//     then takes it.
+//   - The send engine's shutdown takes the engine for the receive
+//     goroutine if it is free (rxTakeBack), so a closing QP always has a
+//     reader. A driver whose engine stops for good (the stream ended, an
+//     error, a shutdown deadline) hands the end (rxFinal) to a goroutine
+//     of its own, and one whose QP broke (a Terminate: the rest is
+//     drained) hands the engine to the receive goroutine.
+const (
+	rxStopped int32 = iota
+	rxGoroutine
+	rxFree
+	rxDriver
+)
+
+// pollRxIdle is how long a PollRx QP's receive engine may stay free
+// before the receive goroutine takes it back.
+const pollRxIdle = time.Millisecond
+
+var (
+	// errYield stops a receive engine that is to give its state to
+	// another holder (see above).
+	errYield = errors.New("rdmap: receive engine yields")
+	// errHandoff stops a driver whose QP broke: the receive goroutine
+	// drains the rest.
+	errHandoff = errors.New("rdmap: receive engine handed to the receive goroutine")
+)
+
+// pastDeadline is the read deadline a kick sets: any time in the past.
+var pastDeadline = time.Unix(1, 0)
+
+// kick asks the engine's holder to yield: it sets yield and, unless it
+// was set already, pokes the read deadline so that a read blocked in the
+// poller returns.
+func (rx *rxEngine) kick() {
+	if rx.yield.CompareAndSwap(false, true) {
+		_ = rx.conn.SetReadDeadline(pastDeadline)
+	}
+}
+
+// yieldNow reports whether a read interrupted by the deadline is to
+// return errYield: yield is set, and no FPDU is in progress (a partial
+// one is read to its end first) and the engine is not draining.
+func (rx *rxEngine) yieldNow() bool {
+	return rx.yield.Load() && !rx.draining && !rx.partial()
+}
+
+// rxStartPoll starts the receive side of a started QP: its goroutine
+// holds the engine.
+func (qp *QP) rxStartPoll(conn net.Conn) {
+	rx := &qp.rx
+	rx.owner.Store(rxGoroutine)
+	if qp.cfg.PollRx {
+		rx.idle = time.AfterFunc(time.Hour, rx.idleFn)
+		rx.idle.Stop()
+	}
+	go qp.rxLoop(conn)
+}
+
+// rxIdle runs when a PollRx QP's engine has been free for pollRxIdle:
+// the receive goroutine (this timer goroutine) takes it back.
+func (qp *QP) rxIdle() {
+	if qp.rx.owner.CompareAndSwap(rxFree, rxGoroutine) {
+		qp.rxLoop(qp.rx.conn)
+	}
+}
+
+// rxTakeBack starts the receive goroutine if the engine is free.
+func (qp *QP) rxTakeBack() {
+	if qp.rx.owner.CompareAndSwap(rxFree, rxGoroutine) {
+		go qp.rxLoop(qp.rx.conn)
+	}
+}
+
+// rxRelease gives the engine back (rxFree) and arms the idle timer.
+func (qp *QP) rxRelease() {
+	rx := &qp.rx
+	rx.owner.Store(rxFree)
+	rx.idle.Reset(pollRxIdle)
+}
+
+// rxDrive runs the QP's receive engine on the caller's goroutine, a
+// waiter on cq with nothing to poll, until cq has a completion or ctx is
+// done (see above). It reports false when it could not take the engine
+// (then the caller waits as without PollRx; a receive goroutine holding
+// it has been asked to give it back).
+func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
+	rx := &qp.rx
+	switch rx.owner.Load() {
+	case rxFree:
+		if !rx.owner.CompareAndSwap(rxFree, rxDriver) {
+			return false
+		}
+	case rxGoroutine:
+		if !qp.broken.Load() {
+			rx.kick()
+		}
+		return false
+	default:
+		return false
+	}
+	rx.yield.Store(false)
+	cq.watch(ctx)
+	cq.driving.Store(qp)
+	var err error
+	if cq.Len() > 0 || ctx.Err() != nil {
+		err = errYield
+	} else {
+		err = qp.guardRx(rx.drivenFn)
+	}
+	cq.driving.Store(nil)
+	switch err {
+	case errYield:
+		qp.rxRelease()
+	case errHandoff:
+		rx.owner.Store(rxGoroutine)
+		go qp.rxLoop(rx.conn)
+	default:
+		rx.owner.Store(rxStopped)
+		go qp.rxFinal(rx.conn, err)
+	}
+	return true
+}
+
+// runDriven is the receive loop of a driver (rxDrive): FPDUs until the
+// engine is to yield, the QP breaks, or reading stops.
+func (rx *rxEngine) runDriven() error {
+	qp := rx.qp
+	for {
+		if qp.broken.Load() {
+			return errHandoff
+		}
+		if rx.yield.Load() {
+			return errYield
+		}
+		ti, err := rx.fpdu()
+		rx.dropRefs()
+		if err != nil {
+			return err
+		}
+		if ti != nil {
+			rx.failWith(ti)
+		}
+	}
+}
+
+// rxYielded ends a receive goroutine that gave the engine back: a waiter
+// asked for it (and is woken to take it), or the QP is to be read by the
+// idle timer's goroutine later.
+func (qp *QP) rxYielded() {
+	qp.rxRelease()
+	qp.rcq.wake()
+}
+
+// rxFinal ends the receive direction for good: the engine stopped
+// reading with err.
+func (qp *QP) rxFinal(conn net.Conn, err error) {
+	rx := &qp.rx
+	rx.owner.Store(rxStopped)
+	if rx.idle != nil {
+		rx.idle.Stop()
+	}
+	rx.ended.Store(true)
+	if rx.err == nil && err != io.EOF {
+		rx.err = err
+	}
+	qp.rxEnd(conn, err)
+	<-qp.txDone
+	qp.finish()
+}
+
+// watch arranges for a driver on cq to be kicked when ctx is done. The
+// registration (context.AfterFunc, which allocates) is kept for the next
+// Wait with the same context, so a loop of Waits with one context
+// registers once.
+func (cq *CQ) watch(ctx context.Context) {
+	if ctx.Done() == nil {
+		return
+	}
+	cq.wmu.Lock()
+	defer cq.wmu.Unlock()
+	if cq.wctx != nil && reflect.TypeOf(ctx).Comparable() && cq.wctx == ctx {
+		return
+	}
+	if cq.wstop != nil {
+		cq.wstop()
+	}
+	cq.wctx, cq.wstop = ctx, context.AfterFunc(ctx, cq.ctxDoneFn)
+}
+
+// ctxDone kicks the driver of cq, if any (watch's AfterFunc).
+func (cq *CQ) ctxDone() {
+	if qp := cq.driving.Load(); qp != nil {
+		qp.rx.kick()
+	}
+}
+
+// unwatch drops watch's registration.
+func (cq *CQ) unwatch() {
+	cq.wmu.Lock()
+	if cq.wstop != nil {
+		cq.wstop()
+	}
+	cq.wctx, cq.wstop = nil, nil
+	cq.wmu.Unlock()
+}

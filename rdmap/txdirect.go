@@ -1,0 +1,215 @@
+package rdmap
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/gosiw/gosiw/ddp"
+	"github.com/gosiw/gosiw/rdmap/internal/sys"
+)
+
+// The direct send: a work request posted to an idle QP is written on the
+// poster's goroutine, so that a small message costs no handoff to the
+// send goroutine (none is started).
+//
+// The send engine's state (txEngine: the writer, the SQ cursor, the job)
+// belongs to the send goroutine while txEngine.state is txRunning. Once
+// the goroutine has parked (txParked: it has exited), PostSend may take
+// the engine by moving the state from txParked to txDirect (a
+// compare-and-swap; it never waits), which it tries only when its work
+// request is the only one the engine has not taken, no Read or Atomic
+// Response is queued, and the request is no Local Invalidate, fast
+// registration or window bind (their fences may wait: directOp). Holding
+// the engine, txDirect checks that it has passed its gate (a responder's
+// wait for the initiator's first FPDU, the initiator's first-send
+// delay), that the QP is in RTS with nothing in progress, and that the
+// message is one FPDU (txDirectFits: a larger one is the send
+// goroutine's, which batches it); then it runs one job, txPick and
+// txEmit as the send goroutine would, and one non-blocking writev
+// (sys.Writev through RawConn.Write, whose callback never asks to wait:
+// EAGAIN writes nothing). When the writev took the whole batch, the
+// batch's work requests complete there (txWritten), so a signaled one's
+// completion is in the CQ when PostSend returns.
+//
+// Whatever that leaves (the unwritten rest of the batch, t.rest; another
+// work request or a Response queued meanwhile; a state change; an error)
+// is the send goroutine's: txDirectEnd starts one, which writes the rest
+// first (blocking, as any batch) and goes on. Otherwise txDirectEnd parks
+// the engine again and then looks for a doorbell rung meanwhile (ring
+// starts no goroutine while the state is txDirect), exactly as txPark
+// does, so no wakeup is lost. FPDUs leave in the order the one engine
+// emits them, a batch is written before the next one is built, and
+// completions stay in SQ order. The send goroutine's final exit leaves
+// the state txRunning, so no direct send runs once the send direction
+// has ended (finish releases the engine's buffers after that).
+//
+// A fault in registered memory while the batch is built fails the QP as
+// in the send goroutine (guardTx) and drops the unwritten batch; a write
+// error is left to the send goroutine's own write of the rest, which
+// meets it again and ends the QP as it always does.
+
+// txDirect runs one job of the send engine on the caller's goroutine
+// (see above). It reports false when the caller must ring the doorbell
+// instead (the send goroutine runs, or the engine could not be taken).
+func (qp *QP) txDirect() bool {
+	t := &qp.tx
+	if t.raw == nil || !t.state.CompareAndSwap(txParked, txDirect) {
+		return false
+	}
+	more := true
+	if t.gated && t.job == jobNone && !t.rest && !qp.broken.Load() && qp.rtsNow() && qp.txDirectFits() {
+		more = qp.txDirectRun()
+	}
+	qp.txDirectEnd(more)
+	return true
+}
+
+// rtsNow reports whether the QP is in RTS.
+func (qp *QP) rtsNow() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state == StateRTS
+}
+
+// txDirectRun builds and writes one batch (see above). It reports
+// whether the send engine has more to do.
+func (qp *QP) txDirectRun() bool {
+	t := &qp.tx
+	built := false
+	t.dn = 0
+	if _, err := qp.guardTx(t.buildFn); err == nil {
+		built = t.dn == 1
+	}
+	if !built {
+		// A memory fault: the QP is failing; nothing of the batch is
+		// written.
+		t.w.Reset()
+		t.dropReleases()
+		return true
+	}
+	if t.w.Empty() {
+		return qp.txDirectMore()
+	}
+	fpdus := t.w.FPDUs()
+	t.pend = t.w.Pending()
+	t.dn, t.derr = 0, nil
+	err := t.raw.Write(t.writeFn)
+	t.pend = nil
+	if err == nil {
+		err = t.derr
+	}
+	qp.stats.txDirect.Add(1)
+	if t.dn > 0 {
+		qp.stats.txBytes.Add(uint64(t.dn))
+		qp.stats.txWritevs.Add(1)
+	}
+	if (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR)) || !t.w.Wrote(t.dn) {
+		// The rest (or the error) is the send goroutine's write.
+		t.rest, t.restFPDUs = true, fpdus
+		qp.stats.txDirectRest.Add(1)
+		return true
+	}
+	qp.stats.txFPDUs.Add(uint64(fpdus))
+	t.dropReleases()
+	qp.txWritten()
+	return qp.txDirectMore()
+}
+
+// txDirectBuild is guardTx's function for a direct send (bound once, as
+// txEngine.buildFn): one job into an empty batch. It sets t.dn to 1 when
+// it ran to its end (a fault in registered memory unwinds it).
+func (qp *QP) txDirectBuild() (bool, error) {
+	t := &qp.tx
+	t.w.Reset()
+	if qp.txPick() {
+		qp.txEmit()
+	}
+	t.dn = 1
+	return false, nil
+}
+
+// txDirectEnd gives the engine back after a direct send: to a new send
+// goroutine when there is more to do, else parked (see above).
+func (qp *QP) txDirectEnd(more bool) {
+	t := &qp.tx
+	if more {
+		t.state.Store(txRunning)
+		go t.restart()
+		return
+	}
+	t.state.Store(txParked)
+	select {
+	case <-qp.bell:
+		if t.state.CompareAndSwap(txParked, txRunning) {
+			go t.restart()
+		}
+	default:
+	}
+}
+
+// directOp reports whether a work request of op may be executed by a
+// direct send: not a Local Invalidate, fast registration or window bind,
+// whose execution may wait for a receive engine to leave a placement
+// (MR.fence), which PostSend must not.
+func directOp(op WROpcode) bool {
+	return op != WRLocalInv && op != WRRegMR && op != WRBindMW
+}
+
+// txDirectFits reports whether the next SQ job is one FPDU (or a Write
+// and its Immediate Data) whose iovecs one sys.Writev takes, with no
+// Response waiting: a larger message is the send goroutine's, which
+// writes it in batches (a direct send of its first piece would only add
+// a writev).
+func (qp *QP) txDirectFits() bool {
+	t := &qp.tx
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	e, ok := qp.sqRunnableLocked()
+	if !ok || !qp.irq.empty() || qp.sqNext != qp.sq.tail-1 || !directOp(e.op) {
+		return false
+	}
+	switch e.op {
+	case WRRead, WRFetchAdd, WRCmpSwap, WRImmData:
+		return true
+	}
+	return int(e.length)+ddp.TaggedHeaderLen <= t.ulpdu && int(e.nsge) <= sys.WritevMaxIOV-3
+}
+
+// txDirectMore reports whether the send engine has work after a direct
+// job: the rest of the job, or more in the SQ or the IRQ, or a QP that
+// left RTS meanwhile (the send goroutine handles the change).
+func (qp *QP) txDirectMore() bool {
+	if qp.tx.job != jobNone || qp.broken.Load() {
+		return true
+	}
+	qp.sqMu.Lock()
+	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
+	qp.sqMu.Unlock()
+	return more || !qp.rtsNow()
+}
+
+// directWrite is the RawConn.Write callback of a direct send (bound
+// once, as txEngine.writeFn, so the call allocates nothing): one writev
+// of the batch's pending bytes. It never asks to wait.
+func (t *txEngine) directWrite(fd uintptr) bool {
+	t.dn, t.derr = sys.Writev(fd, t.pend)
+	if t.dn < 0 {
+		t.dn = 0
+	}
+	return true
+}
+
+// rawConnOf returns the connection's RawConn, or nil when it has none
+// (net.Pipe, for instance: then every send goes through the send
+// goroutine).
+func rawConnOf(c any) syscall.RawConn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
