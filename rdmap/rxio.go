@@ -157,7 +157,11 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 		var n int
 		var err error
 		if rx.rawConn != nil {
+			// RawConn.Read returns a deadline error without calling
+			// readvFD when the deadline has passed already (a poke):
+			// no result of an earlier call may stand for this one.
 			rx.iov[0], rx.iov[1] = dst, ahead
+			rx.iovN, rx.iovErr = 0, nil
 			err = rx.rawConn.Read(rx.readvFn)
 			rx.iov = [2][]byte{}
 			n = rx.iovN
