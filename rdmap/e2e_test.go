@@ -26,6 +26,9 @@ var connVariants = []struct {
 	{"buffered-rx", rdmap.QPConfig{BufferedRx: true}, rdmaptest.Options{CRC: true}},
 	{"large-fpdu", rdmap.QPConfig{MaxULPDU: 65535}, rdmaptest.Options{CRC: true}},
 	{"small-fpdu-pipe", rdmap.QPConfig{}, rdmaptest.Options{Pipe: true, CRC: true}},
+	{"pollrx", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{}},
+	{"pollrx-crc", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{CRC: true}},
+	{"pollrx-pipe", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{Pipe: true}},
 }
 
 // split cuts n bytes of mr at off into k SGEs of uneven sizes.

@@ -52,8 +52,8 @@ const (
 )
 
 // pollRxIdle is how long a PollRx QP's receive engine may stay free
-// before the receive goroutine takes it back.
-const pollRxIdle = time.Millisecond
+// before the receive goroutine takes it back (a variable for tests).
+var pollRxIdle = time.Millisecond
 
 var (
 	// errYield stops a receive engine that is to give its state to
@@ -110,9 +110,11 @@ func (qp *QP) rxTakeBack() {
 	}
 }
 
-// rxRelease gives the engine back (rxFree) and arms the idle timer.
+// rxRelease gives the engine back (rxFree) and arms the idle timer. The
+// request to yield is the last holder's: the next one starts without it.
 func (qp *QP) rxRelease() {
 	rx := &qp.rx
+	rx.yield.Store(false)
 	rx.owner.Store(rxFree)
 	rx.idle.Reset(pollRxIdle)
 }
@@ -176,6 +178,7 @@ func (rx *rxEngine) runDriven() error {
 		if err != nil {
 			return err
 		}
+		qp.stats.rxDriven.Add(1)
 		if ti != nil {
 			rx.failWith(ti)
 		}

@@ -10,6 +10,8 @@ type QPStats struct {
 	// it, when the socket took nothing) the send goroutine wrote.
 	TxDirect, TxDirectRest uint64
 	RxFPDUs, RxBytes       uint64
+	// RxDriven counts FPDUs received on a waiter's goroutine (PollRx).
+	RxDriven uint64
 	// RxPlacedDirect counts payload bytes read from the socket straight
 	// into registered memory; RxPlacedCopied those copied from the
 	// receive buffer (all of them under CRC, which is checked in the
@@ -24,6 +26,7 @@ type qpCounters struct {
 	txDirect, txDirectRest         atomic.Uint64
 	rxFPDUs, rxBytes               atomic.Uint64
 	rxDirect, rxCopied             atomic.Uint64
+	rxDriven                       atomic.Uint64
 	termSent, termRecvd, crcErrors atomic.Uint64
 }
 
@@ -33,7 +36,7 @@ func (qp *QP) Stats() QPStats {
 	return QPStats{
 		TxFPDUs: c.txFPDUs.Load(), TxBytes: c.txBytes.Load(), TxWritevs: c.txWritevs.Load(),
 		TxDirect: c.txDirect.Load(), TxDirectRest: c.txDirectRest.Load(),
-		RxFPDUs: c.rxFPDUs.Load(), RxBytes: c.rxBytes.Load(),
+		RxFPDUs: c.rxFPDUs.Load(), RxBytes: c.rxBytes.Load(), RxDriven: c.rxDriven.Load(),
 		RxPlacedDirect: c.rxDirect.Load(), RxPlacedCopied: c.rxCopied.Load(),
 		TerminatesSent: c.termSent.Load(), TerminatesRecvd: c.termRecvd.Load(),
 		CRCErrors: c.crcErrors.Load(),

@@ -417,7 +417,8 @@ func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error
 	}
 	cleanup = append(cleanup, r.cq.Close)
 	r.qp, err = pd.CreateQP(&rdmap.QPConfig{SendCQ: r.cq, RecvCQ: r.cq, MaxSendWR: r.recvs + 8, MaxRecvWR: r.recvs,
-		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: ctrlLen})
+		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: ctrlLen,
+		PollRx: p.Op == OpPingPong}) // the echoing goroutine receives itself
 	if err != nil {
 		return fail(err)
 	}

@@ -37,7 +37,7 @@ type qpSide struct {
 	recv     rdmap.RecvWR
 }
 
-func newQPSide(maxULPDU int) (*qpSide, error) {
+func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
 	dev, err := rdmap.NewDevice(&rdmap.Config{})
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func newQPSide(maxULPDU int) (*qpSide, error) {
 	if s.qp, err = s.pd.CreateQP(&rdmap.QPConfig{
 		SendCQ: s.cq, RecvCQ: s.cq,
 		MaxSendWR: 2 * depth, MaxRecvWR: 2 * recvPosted,
-		MaxULPDU: maxULPDU,
+		MaxULPDU: maxULPDU, PollRx: pollRx,
 	}); err != nil {
 		return s, err
 	}
@@ -91,7 +91,7 @@ type gosiwFixture struct {
 	a, b *qpSide
 }
 
-func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU int) (_ *gosiwFixture, err error) {
+func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU int, pollRx bool) (_ *gosiwFixture, err error) {
 	f := &gosiwFixture{}
 	defer func() {
 		if err != nil {
@@ -100,10 +100,10 @@ func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU int) (_ *gosiwFixture, 
 			f.close()
 		}
 	}()
-	if f.a, err = newQPSide(maxULPDU); err != nil {
+	if f.a, err = newQPSide(maxULPDU, pollRx); err != nil {
 		return nil, err
 	}
-	if f.b, err = newQPSide(maxULPDU); err != nil {
+	if f.b, err = newQPSide(maxULPDU, pollRx); err != nil {
 		return nil, err
 	}
 	for range recvPosted {

@@ -523,6 +523,7 @@ func (r *runner) plan() {
 			add("read", 1<<20, base("bulk", 1<<20), base("reqresp", 1<<20))
 		}
 		add("pingpong", 64, base("echo", 64), base("pingpong", 64))
+		add("pingpong-rxg", 64, base("echo", 64), nil)
 		if len(cases) == 0 {
 			continue
 		}
@@ -624,21 +625,22 @@ func (r *runner) rawFixtures(link string, n int) ([]*rawFixture, error) {
 	return fs, nil
 }
 
-// gosiwFixtures returns n gosiw fixtures over link.
-func (r *runner) gosiwFixtures(link string, crc bool, n int) ([]*gosiwFixture, error) {
+// gosiwFixtures returns n gosiw fixtures over link, their QPs in the
+// PollRx mode if pollRx.
+func (r *runner) gosiwFixtures(link string, crc bool, n int, pollRx bool) ([]*gosiwFixture, error) {
 	ekey := link + "/" + onOff(crc)
 	if err := r.gosiwErr[ekey]; err != nil {
 		return nil, err
 	}
 	fs := make([]*gosiwFixture, n)
 	for i := range fs {
-		key := fmt.Sprintf("%s#%d", ekey, i)
+		key := fmt.Sprintf("%s#%d/pollrx=%v", ekey, i, pollRx)
 		if fs[i] = r.gosiwFix[key]; fs[i] != nil {
 			continue
 		}
 		c, s, err := r.connPair(link)
 		if err == nil {
-			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU)
+			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, pollRx)
 		}
 		if err != nil {
 			r.gosiwErr[ekey] = err
@@ -780,7 +782,7 @@ func (c *rawCase) bytes() int {
 }
 
 func (c *gosiwCase) bytes() int {
-	if c.Op == "pingpong" {
+	if c.pingPong() {
 		return 0
 	}
 	return c.Size
@@ -792,7 +794,7 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 		if c.err != nil {
 			return
 		}
-		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps())
+		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps(), c.Op == "pingpong")
 		if err != nil {
 			c.err = err
 			return
@@ -808,7 +810,7 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRRead, c.Size, readDepth) }
 		case "send":
 			fn = func(b bench, n int) error { return gosiwSend(b, n, f, c.Size) }
-		case "pingpong":
+		case "pingpong", "pingpong-rxg":
 			fn = func(b bench, n int) error { return gosiwPingPong(b, n, f, c.Size) }
 		}
 		stop, err := r.profile(c, round)
@@ -886,8 +888,11 @@ func (c *gosiwCase) judge(ratio float64) (string, bool) {
 	return "miss", false
 }
 
+// pingPong reports whether the case measures a round trip.
+func (c *gosiwCase) pingPong() bool { return c.Op == "pingpong" || c.Op == "pingpong-rxg" }
+
 func (c *gosiwCase) targetText() string {
-	if c.Op == "pingpong" {
+	if c.pingPong() {
 		s := fmt.Sprintf("time<=%.2fx", 1/c.target)
 		if c.milestone > 0 {
 			s += fmt.Sprintf(" (first %.2gx)", 1/c.milestone)

@@ -53,8 +53,9 @@ func TestWorkloads(t *testing.T) {
 			}
 		}
 	}
-	for _, crc := range []bool{false, true} {
-		fs, err := r.gosiwFixtures("lo", crc, multiQPs)
+	for _, k := range []struct{ crc, pollRx bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		crc := k.crc
+		fs, err := r.gosiwFixtures("lo", crc, multiQPs, k.pollRx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +73,7 @@ func TestWorkloads(t *testing.T) {
 			} {
 				for _, n := range []int{1, 3 * recvPosted} {
 					if err := run.fn(n); err != nil {
-						t.Fatalf("gosiw %s %d crc=%v n=%d: %v", run.name, size, crc, n, err)
+						t.Fatalf("gosiw %s %d crc=%v pollrx=%v n=%d: %v (QP errors: %v, %v)", run.name, size, crc, k.pollRx, n, err, f.a.qp.Err(), f.b.qp.Err())
 					}
 				}
 			}

@@ -1,0 +1,45 @@
+package rdmap
+
+import (
+	"runtime"
+	"time"
+)
+
+// WaitTxParked waits until qp's send goroutine has parked (exited) with
+// no doorbell pending, so that the next PostSend finds the send engine
+// idle. It spins on the engine's state, not on time.
+func WaitTxParked(qp *QP) {
+	for qp.tx.state.Load() != txParked || len(qp.bell) != 0 {
+		runtime.Gosched()
+	}
+}
+
+// WaitRxFree waits until qp's receive engine is held by nobody (PollRx:
+// no waiter drives it and the receive goroutine has given it back).
+func WaitRxFree(qp *QP) {
+	for qp.rx.owner.Load() != rxFree {
+		runtime.Gosched()
+	}
+}
+
+// WaitRxDriven waits until a waiter runs qp's receive engine (PollRx).
+func WaitRxDriven(qp *QP) {
+	for qp.rx.owner.Load() != rxDriver {
+		runtime.Gosched()
+	}
+}
+
+// SetPollRxIdle sets how long a free PollRx engine waits for a waiter
+// before its receive goroutine takes it back, and returns the old value.
+func SetPollRxIdle(d time.Duration) time.Duration {
+	old := pollRxIdle
+	pollRxIdle = d
+	return old
+}
+
+// FireRxIdle makes qp's idle timer fire now (PollRx).
+func FireRxIdle(qp *QP) { qp.rx.idle.Reset(0) }
+
+// PokeRx sets qp's read deadline in the past, as a fence or a PollRx
+// kick does.
+func PokeRx(qp *QP) { _ = qp.rx.conn.SetReadDeadline(pastDeadline) }

@@ -1,0 +1,242 @@
+package rdmap_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+)
+
+// pollIdleForever keeps a free PollRx engine free for the test (the
+// receive goroutine does not take it back on its own).
+func pollIdleForever(t *testing.T) {
+	old := rdmap.SetPollRxIdle(time.Hour)
+	t.Cleanup(func() { rdmap.SetPollRxIdle(old) })
+}
+
+// TestPollRxPingPong: with PollRx on both ends, a ping-pong of Sends
+// delivers every message whole and in order, and once each side's first
+// Wait has taken its receive engine, every later FPDU is received on the
+// waiting goroutine (QPStats.RxDriven), none by the receive goroutine.
+func TestPollRxPingPong(t *testing.T) {
+	pollIdleForever(t)
+	for _, o := range []rdmaptest.Options{{}, {CRC: true}, {Pipe: true}} {
+		t.Run(optName(o), func(t *testing.T) {
+			a, b := pair(t, rdmap.QPConfig{PollRx: true}, &o)
+			r := rand.New(rand.NewPCG(3, 4))
+			const n, size = 200, 100
+			src, dst := randBytes(r, n*size), make([]byte, n*size)
+			echo := make([]byte, n*size)
+			asrc, adst := a.reg(t, src, 0), a.reg(t, echo, rdmap.AccessLocalWrite)
+			bbuf := b.reg(t, dst, rdmap.AccessLocalWrite)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- func() error {
+					for i := range n {
+						if err := b.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{bbuf.SGE(i*size, size)}}); err != nil {
+							return err
+						}
+						if i == 0 {
+							// a may send now.
+							errc <- nil
+						}
+						wc, err := waitCompletion(b.cq)
+						if err != nil {
+							return err
+						}
+						if wc.ID != uint64(i) || wc.Status != rdmap.WCSuccess || wc.ByteLen != size {
+							return errors.New("server: unexpected completion")
+						}
+						if err := b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(i*size, size)}}); err != nil {
+							return err
+						}
+					}
+					return nil
+				}()
+			}()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{adst.SGE(i*size, size)}}))
+				mustPost(t, a.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{asrc.SGE(i*size, size)}}))
+				expectWC(t, poll(t, a.cq), uint64(i), rdmap.WCRecv, rdmap.WCSuccess)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(dst, src) || !bytes.Equal(echo, src) {
+				t.Fatal("ping-pong: data differs")
+			}
+			for _, s := range []*side{a, b} {
+				// One FPDU of each side's first message may have been the
+				// receive goroutine's.
+				if st := s.qp.Stats(); st.RxDriven < n-1 {
+					t.Errorf("QP %d: %d of %d FPDUs received on the waiter (stats %+v)", s.qp.QPN(), st.RxDriven, st.RxFPDUs, st)
+				}
+			}
+		})
+	}
+}
+
+func optName(o rdmaptest.Options) string {
+	switch {
+	case o.Pipe:
+		return "pipe"
+	case o.CRC:
+		return "crc"
+	}
+	return "plain"
+}
+
+// waitCompletion waits for one completion on cq (for goroutines other than the
+// test's).
+func waitCompletion(cq *rdmap.CQ) (rdmap.WC, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wc [1]rdmap.WC
+	for cq.Poll(wc[:]) == 0 {
+		if err := cq.Wait(ctx); err != nil {
+			return wc[0], err
+		}
+	}
+	return wc[0], nil
+}
+
+// drivenPair returns a connected pair with PollRx on a whose engine a
+// waiter has taken once (so the next Wait drives it).
+func drivenPair(t *testing.T) (*side, *side, *rdmap.MR, *rdmap.MR) {
+	pollIdleForever(t)
+	a := newSide(t, newDevice(t), rdmap.QPConfig{PollRx: true})
+	b := newSide(t, newDevice(t), rdmap.QPConfig{})
+	rdmaptest.Connect(t, a.qp, b.qp, nil)
+	abuf, bbuf := a.reg(t, make([]byte, 1<<20), accAll), b.reg(t, make([]byte, 1<<20), accAll)
+	// The initiator speaks first (b, the responder, sends nothing before).
+	mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: 6, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+	mustPost(t, a.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	expectWC(t, poll(t, b.cq), 6, rdmap.WCRecv, rdmap.WCSuccess)
+	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 7, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+	expectWC(t, poll(t, a.cq), 7, rdmap.WCRecv, rdmap.WCSuccess)
+	// The first Wait took the engine from the receive goroutine (or the
+	// message came first); one more exchange has it on the waiter.
+	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 8, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+	expectWC(t, poll(t, a.cq), 8, rdmap.WCRecv, rdmap.WCSuccess)
+	rdmap.WaitRxFree(a.qp)
+	return a, b, abuf, bbuf
+}
+
+// TestPollRxCancel: a Wait that runs its QP's receive engine returns
+// ctx's error once ctx is canceled (no deadline involved), and the
+// engine then delivers the next message to the next Wait.
+func TestPollRxCancel(t *testing.T) {
+	a, b, abuf, bbuf := drivenPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- a.cq.Wait(ctx) }()
+	rdmap.WaitRxDriven(a.qp)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want context.Canceled", err)
+	}
+	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 9, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+	expectWC(t, poll(t, a.cq), 9, rdmap.WCRecv, rdmap.WCSuccess)
+}
+
+// TestPollRxOtherCompletion: a Wait running its QP's receive engine
+// returns when a completion comes from elsewhere: the send goroutine
+// completing a Write too large for a direct send, into the same CQ.
+func TestPollRxOtherCompletion(t *testing.T) {
+	a, _, abuf, bbuf := drivenPair(t)
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		errc <- a.cq.Wait(ctx)
+	}()
+	rdmap.WaitRxDriven(a.qp)
+	direct := a.qp.Stats().TxDirect
+	mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 5, Op: rdmap.WRWrite, SGL: []rdmap.SGE{abuf.SGE(0, 1<<20)},
+		Remote: rdmap.Remote{STag: bbuf.STag()}, Signaled: true}))
+	if err := <-errc; err != nil {
+		t.Fatalf("Wait = %v, want the Write's completion", err)
+	}
+	var wc [1]rdmap.WC
+	if a.cq.Poll(wc[:]) != 1 {
+		t.Fatal("Wait returned with nothing to poll")
+	}
+	expectWC(t, wc[0], 5, rdmap.WCWrite, rdmap.WCSuccess)
+	if st := a.qp.Stats(); st.TxDirect != direct {
+		t.Fatalf("the 1 MiB Write was a direct send (stats %+v)", st)
+	}
+}
+
+// TestPollRxPassive: a PollRx QP whose application does not wait still
+// serves the peer's RDMA Reads: once its free engine's idle timer fires,
+// the receive goroutine reads again.
+func TestPollRxPassive(t *testing.T) {
+	a, b, abuf, bbuf := drivenPair(t)
+	copy(abuf.Bytes(), "the passive side's bytes")
+	rdmap.FireRxIdle(a.qp)
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{ID: 3, Op: rdmap.WRRead, SGL: []rdmap.SGE{bbuf.SGE(100, 24)},
+		Remote: rdmap.Remote{STag: abuf.STag()}, Signaled: true}))
+	expectWC(t, poll(t, b.cq), 3, rdmap.WCRead, rdmap.WCSuccess)
+	if got := string(bbuf.Bytes()[100:124]); got != "the passive side's bytes" {
+		t.Fatalf("read %q", got)
+	}
+}
+
+// TestPollRxClose: closing a QP whose receive engine a waiter runs ends
+// the QP (Done), and the waiter gets the flushed receive.
+func TestPollRxClose(t *testing.T) {
+	a, _, abuf, _ := drivenPair(t)
+	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 11, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	type res struct {
+		wc  rdmap.WC
+		err error
+	}
+	rc := make(chan res, 1)
+	go func() {
+		wc, err := waitCompletion(a.cq)
+		rc <- res{wc, err}
+	}()
+	rdmap.WaitRxDriven(a.qp)
+	a.qp.Close()
+	rdmaptest.WaitDone(t, a.qp, 20*time.Second)
+	r := <-rc
+	if r.err != nil {
+		t.Fatalf("Wait = %v, want the flushed receive", r.err)
+	}
+	expectWC(t, r.wc, 11, rdmap.WCRecv, rdmap.WCWRFlushErr)
+}
+
+// TestPollRxOnePerCQ: a CQ drives one PollRx QP; a second one on the
+// same receive CQ is refused until the first is destroyed.
+func TestPollRxOnePerCQ(t *testing.T) {
+	dev := newDevice(t)
+	s := newSide(t, dev, rdmap.QPConfig{PollRx: true})
+	cfg := rdmap.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, PollRx: true}
+	if _, err := s.pd.CreateQP(&cfg); !errors.Is(err, rdmap.ErrConfig) {
+		t.Fatalf("second PollRx QP on one CQ: %v, want ErrConfig", err)
+	}
+	plain := cfg
+	plain.PollRx = false
+	qp, err := s.pd.CreateQP(&plain)
+	if err != nil {
+		t.Fatalf("a QP without PollRx on the same CQ: %v", err)
+	}
+	qp.Close()
+	s.qp.Close()
+	qp2, err := s.pd.CreateQP(&cfg)
+	if err != nil {
+		t.Fatalf("PollRx QP after the first was destroyed: %v", err)
+	}
+	qp2.Close()
+}
