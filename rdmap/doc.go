@@ -78,6 +78,16 @@
 // allocated when the queue is created. In steady state a work request
 // allocates nothing.
 //
+// Two paths skip a goroutine handoff. A send posted to an idle QP (the
+// send goroutine parked, nothing else queued, one FPDU) is built and
+// written on the poster's goroutine with one non-blocking writev (the
+// direct send, txdirect.go); what the socket does not take is the send
+// goroutine's, which writes it first. With QPConfig.PollRx the goroutine
+// waiting on the QP's receive CQ runs the receive engine itself
+// (rxpoll.go): the engine belongs to whoever holds it (the receive
+// goroutine, a waiter, or nobody), handed over at FPDU boundaries only,
+// so a message for a waiting application costs one wakeup, the poller's.
+//
 // Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu;
 // QP.sqMu -> a window's MR.mu -> its region's MR.mu -> Memory.mu,
 // Device.mu (binds and fast registrations run under sqMu).

@@ -5,7 +5,10 @@
 // Each case runs under testing.Benchmark (ReportAllocs, SetBytes): gosiw
 // RDMA Write, RDMA Read and Send/Recv streams at 64 B, 4 KiB, 64 KiB and
 // 1 MiB with the MPA CRC off and on, 1 MiB Writes on four QPs at once,
-// and a 64-byte Send/Recv ping-pong. Every target is judged against a
+// and a 64-byte Send/Recv ping-pong, whose QPs use QPConfig.PollRx (the
+// waiting goroutine runs the receive engine, the mode a latency-bound
+// application opts into; pingpong-rxg, a diagnostic without a target, is
+// the same ping-pong with the receive goroutines). Every target is judged against a
 // bare TCP baseline (bare.go) in the same run: bulk (one goroutine
 // writing size-byte buffers, one reading, as iperf3 does) for Write,
 // Send and Read of 64 KiB and more; batched (messages through a
