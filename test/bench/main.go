@@ -5,7 +5,12 @@
 // Each case runs under testing.Benchmark (ReportAllocs, SetBytes): gosiw
 // RDMA Write, RDMA Read and Send/Recv streams at 64 B, 4 KiB, 64 KiB and
 // 1 MiB with the MPA CRC off and on, 1 MiB Writes on four QPs at once,
-// and a 64-byte Send/Recv ping-pong. Every target is judged against a
+// and a 64-byte Send/Recv ping-pong. The Write and Send workloads post as
+// a message-rate RDMA user does (perftest's ib_write_bw, ib_send_bw): up
+// to 256 work requests on the SQ in lists of 32 with only the last
+// signaled, 512 receives posted and reposted in lists (see sqDepth in
+// gosiw.go); every message is still a whole RDMA operation, every
+// receive completion reaped. Every target is judged against a
 // bare TCP baseline (bare.go) in the same run: bulk (one goroutine
 // writing size-byte buffers, one reading, as iperf3 does) for Write,
 // Send and Read of 64 KiB and more; batched (messages through a
