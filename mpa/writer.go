@@ -330,6 +330,35 @@ func (w *Writer) End() {
 	w.fpdus++
 }
 
+// FPDU adds a whole FPDU whose ULPDU is hdr (at most MaxHeader bytes)
+// followed by payload: Begin(hdr, len(hdr)+len(payload)), Payload(payload)
+// and End in one call, with the same result and the same rules (Room
+// must have reported true for it, with one piece). Without CRC and
+// markers a payload of at most WriterCopyLen bytes is copied into the
+// scratch arena with the length field, header, pad and CRC field in one
+// step: the small-message path.
+func (w *Writer) FPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
+	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
+		w.Begin(hdr, ulen)
+		w.Payload(payload)
+		w.End()
+		return
+	}
+	// Room left the capacity: the spare bytes for the payload, 8 for the
+	// pad and the CRC field.
+	w.spare -= len(payload)
+	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
+	s := len(w.scratch)
+	w.scratch = binary.BigEndian.AppendUint16(w.scratch, uint16(ulen))
+	w.scratch = append(w.scratch, hdr...)
+	w.scratch = append(w.scratch, payload...)
+	w.scratch = append(w.scratch, zeroPad[:PadLen(ulen)]...)
+	w.scratch = append(w.scratch, zeroPad[:CRCLen]...)
+	w.putScratch(s)
+	w.fpdus++
+}
+
 // emit adds p to the batch, inserting markers where the stream reaches
 // one.
 func (w *Writer) emit(p []byte) {

@@ -843,14 +843,20 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff,
 			})
 		}
-		t.w.Begin(h, hlen+n)
-		if e.inline {
+		switch {
+		case e.inline:
 			s := qp.sq.slot(t.wrIdx) * qp.cfg.MaxInline
-			t.w.Payload(qp.inline[s+int(t.msgOff) : s+int(t.msgOff)+n])
-		} else {
+			t.w.FPDU(h, qp.inline[s+int(t.msgOff):s+int(t.msgOff)+n])
+		case e.nsge == 1:
+			// One SGE: the segment's payload is one piece of it.
+			sg := &e.sgl[0]
+			t.w.FPDU(h, sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n)))
+			t.sgeOff += uint32(n)
+		default:
+			t.w.Begin(h, hlen+n)
 			t.gather(e, n)
+			t.w.End()
 		}
-		t.w.End()
 		t.msgOff += uint32(n)
 		if last {
 			if !tagged {
