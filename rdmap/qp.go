@@ -828,13 +828,7 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 // with WCWRFlushErr, as with PostSend. PostSends does not allocate;
 // wrs and their slices may be reused as soon as it returns (see SendWR).
 func (qp *QP) PostSends(wrs []SendWR) (int, error) {
-	valid, verr := len(wrs), error(nil)
-	for i := range wrs {
-		if err := qp.validateSend(&wrs[i]); err != nil {
-			valid, verr = i, err
-			break
-		}
-	}
+	valid, verr := validPrefix(wrs, qp.validateSend)
 	if valid == 0 {
 		return 0, verr
 	}
@@ -941,10 +935,7 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
 	}
-	if len(wr.SGL) > qp.cfg.MaxRecvSGE {
-		return ErrTooManySGE
-	}
-	if err := checkRecvSGL(wr.SGL); err != nil {
+	if err := qp.checkRecv(&wr); err != nil {
 		return err
 	}
 	qp.rqMu.Lock()
@@ -985,13 +976,7 @@ func (qp *QP) PostRecvs(wrs []RecvWR) (int, error) {
 	if qp.srq != nil && len(wrs) > 0 {
 		return 0, ErrInvalidWR
 	}
-	valid, verr := len(wrs), error(nil)
-	for i := range wrs {
-		if err := qp.checkRecv(&wrs[i]); err != nil {
-			valid, verr = i, err
-			break
-		}
-	}
+	valid, verr := validPrefix(wrs, qp.checkRecv)
 	if valid == 0 {
 		return 0, verr
 	}
@@ -1026,6 +1011,17 @@ func (qp *QP) PostRecvs(wrs []RecvWR) (int, error) {
 	}
 	qp.rqMu.Unlock()
 	return n, verr
+}
+
+// validPrefix returns how many work requests at the start of wrs check
+// passes, and the error of the first one it refuses (nil if none).
+func validPrefix[T any](wrs []T, check func(*T) error) (int, error) {
+	for i := range wrs {
+		if err := check(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
 }
 
 // checkRecv validates a receive work request of a QP without an SRQ.

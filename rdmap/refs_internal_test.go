@@ -17,17 +17,8 @@ import (
 func TestRefsBalance(t *testing.T) {
 	dev, _ := NewDevice(nil)
 	defer dev.Close()
-	mk := func() (*PD, *QP, *CQ) {
-		pd := dev.AllocPD()
-		cq, _ := dev.CreateCQ(4096)
-		qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 1024, MaxRecvWR: 1024})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pd, qp, cq
-	}
-	pda, qa, cqa := mk()
-	pdb, qb, cqb := mk()
+	pda, qa, cqa := newRefsQP(t, dev, 1024, 1024)
+	pdb, qb, cqb := newRefsQP(t, dev, 1024, 1024)
 	mem, err := dev.AllocMemory(4 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -114,17 +105,8 @@ func TestRefsBalance(t *testing.T) {
 func TestRefsBorrowed(t *testing.T) {
 	dev, _ := NewDevice(nil)
 	defer dev.Close()
-	mk := func() (*PD, *QP, *CQ) {
-		pd := dev.AllocPD()
-		cq, _ := dev.CreateCQ(4096)
-		qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 1024, MaxRecvWR: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pd, qp, cq
-	}
-	pda, qa, cqa := mk()
-	pdb, qb, _ := mk()
+	pda, qa, cqa := newRefsQP(t, dev, 1024, 16)
+	pdb, qb, _ := newRefsQP(t, dev, 1024, 16)
 	srcBuf, dstBuf := make([]byte, 1<<20), make([]byte, 1<<20)
 	for i := range srcBuf {
 		srcBuf[i] = byte(i * 7)
@@ -258,4 +240,17 @@ func TestBorrowedRefSpill(t *testing.T) {
 	refs(3, "borrower abandoned")
 	tx.dropReleases()
 	refs(1, "all dropped")
+}
+
+// newRefsQP returns a PD, a QP in it with the given queue depths and
+// its CQ (for both queues).
+func newRefsQP(t *testing.T, dev *Device, sendWR, recvWR int) (*PD, *QP, *CQ) {
+	t.Helper()
+	pd := dev.AllocPD()
+	cq, _ := dev.CreateCQ(4096)
+	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: sendWR, MaxRecvWR: recvWR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd, qp, cq
 }
