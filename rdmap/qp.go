@@ -816,8 +816,8 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 // linked list of work requests: wrs[:n] are posted exactly as n calls of
 // PostSend would post them (same checks, same completions, same order),
 // under one lock of the SQ and with one doorbell of the send engine for
-// the whole list, which the engine then sends in as few batches as the
-// list fits in. It returns n, the number posted; when n < len(wrs) the
+// the whole list, so that the engine finds the list whole and frames it
+// into its batches together. It returns n, the number posted; when n < len(wrs) the
 // error is why wrs[n] was refused (what PostSend would return for it: a
 // malformed request, ErrQueueFull when the SQ has no room for it,
 // ErrQPState during a graceful disconnect, ErrCQOverflow) and none of
