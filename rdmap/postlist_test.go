@@ -273,3 +273,53 @@ func TestPostListsZeroAllocs(t *testing.T) {
 		t.Errorf("%v allocations per list", n)
 	}
 }
+
+// TestSRQPostRecvs: the SRQ's list post has PostRecvs' contract, and a
+// QP on the SRQ takes the receives in list order.
+func TestSRQPostRecvs(t *testing.T) {
+	dev := newDevice(t)
+	pd := dev.AllocPD()
+	srq, err := pd.CreateSRQ(&rdmap.SRQConfig{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, _ := dev.CreateCQ(64)
+	buf, _ := pd.RegisterMemory(make([]byte, 8*16), rdmap.AccessLocalWrite)
+	defer buf.Deregister()
+	recv := func(i int) rdmap.RecvWR {
+		return rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{buf.SGE(16*i, 16)}}
+	}
+	twoSGEs := rdmap.RecvWR{ID: 99, SGL: []rdmap.SGE{buf.SGE(0, 8), buf.SGE(8, 8)}}
+	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(0), twoSGEs, recv(1)}); n != 1 || !errors.Is(err, rdmap.ErrTooManySGE) {
+		t.Fatalf("SRQ PostRecvs with wrs[1] malformed = %d, %v; want 1, ErrTooManySGE", n, err)
+	}
+	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(1), recv(2), recv(3), recv(4)}); n != 3 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("SRQ PostRecvs of 4 into room for 3 = %d, %v; want 3, ErrQueueFull", n, err)
+	}
+	if n := srq.Len(); n != 4 {
+		t.Fatalf("SRQ holds %d receives, want 4", n)
+	}
+	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, SRQ: srq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := qp.PostRecvs([]rdmap.RecvWR{recv(5)}); n != 0 || !errors.Is(err, rdmap.ErrInvalidWR) {
+		t.Fatalf("PostRecvs on a QP with an SRQ = %d, %v; want 0, ErrInvalidWR", n, err)
+	}
+	s := newSide(t, newDevice(t), rdmap.QPConfig{})
+	rdmaptest.Connect(t, s.qp, qp, nil)
+	msg := s.reg(t, []byte("srq"), 0)
+	for range 4 {
+		mustPost(t, s.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{msg.SGE(0, 3)}}))
+	}
+	for i, wc := range pollN(t, cq, 4) {
+		expectWC(t, wc, uint64(i), rdmap.WCRecv, rdmap.WCSuccess)
+	}
+	qp.Close()
+	if err := srq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(0)}); n != 0 || !errors.Is(err, rdmap.ErrClosed) {
+		t.Fatalf("PostRecvs on a closed SRQ = %d, %v; want 0, ErrClosed", n, err)
+	}
+}
