@@ -339,6 +339,24 @@ func (w *Writer) End() {
 // step: the small-message path.
 func (w *Writer) FPDU(hdr, payload []byte) {
 	ulen := len(hdr) + len(payload)
+	if w.crc && !w.markers && ulen <= copyChunk {
+		// The whole FPDU is copied into the batch buffer at once (Room
+		// reserved the room) and the CRC computed over that copy.
+		w.takeBuf()
+		s := len(w.batch)
+		w.batch = binary.BigEndian.AppendUint16(w.batch, uint16(ulen))
+		w.batch = append(w.batch, hdr...)
+		w.batch = append(w.batch, payload...)
+		w.batch = append(w.batch, zeroPad[:PadLen(ulen)]...)
+		w.fpduStart, w.ulpduLen = w.pos, ulen
+		w.fpduCRC = UpdateCRC(0, w.batch[s:])
+		w.batch = binary.LittleEndian.AppendUint32(w.batch, w.fpduCRC) // PutCRC's order
+		n := len(w.batch) - s
+		w.pos += uint64(n)
+		w.batchBytes += n
+		w.fpdus++
+		return
+	}
 	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
 		w.Begin(hdr, ulen)
 		w.Payload(payload)
@@ -400,19 +418,25 @@ func (w *Writer) put(p []byte) {
 		w.scrEnd = -1
 		return
 	}
-	if w.buf == nil {
-		w.buf = w.buffers.Get()
-		if cap(*w.buf) < WriterBufLen {
-			panic(fmt.Sprintf("mpa: BufferPool gave a %d-byte buffer, want at least WriterBufLen", cap(*w.buf)))
-		}
-		w.batch = (*w.buf)[:0]
-	}
+	w.takeBuf()
 	for len(p) > 0 {
 		k := min(len(p), copyChunk)
 		s := len(w.batch)
 		w.batch = append(w.batch, p[:k]...) // Room reserved the capacity
 		w.fpduCRC = UpdateCRC(w.fpduCRC, w.batch[s:])
 		p = p[k:]
+	}
+}
+
+// takeBuf takes the batch buffer (with CRC) from the pool, unless the
+// batch has it.
+func (w *Writer) takeBuf() {
+	if w.buf == nil {
+		w.buf = w.buffers.Get()
+		if cap(*w.buf) < WriterBufLen {
+			panic(fmt.Sprintf("mpa: BufferPool gave a %d-byte buffer, want at least WriterBufLen", cap(*w.buf)))
+		}
+		w.batch = (*w.buf)[:0]
 	}
 }
 
