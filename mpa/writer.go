@@ -337,6 +337,53 @@ func (w *Writer) End() {
 	w.fpdus++
 }
 
+// FPDU adds a whole FPDU whose ULPDU is hdr (at most MaxHeader bytes)
+// followed by payload: Begin(hdr, len(hdr)+len(payload)), Payload(payload)
+// and End in one call, with the same result and the same rules (Room
+// must have reported true for it, with one piece). Without CRC and
+// markers a payload of at most WriterCopyLen bytes is copied into the
+// scratch arena with the length field, header, pad and CRC field in one
+// step: the small-message path.
+func (w *Writer) FPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
+	if w.crc && !w.markers && ulen <= copyChunk {
+		// The whole FPDU is copied into the batch buffer at once (Room
+		// reserved the room) and the CRC computed over that copy.
+		w.takeBuf()
+		s := len(w.batch)
+		w.batch = binary.BigEndian.AppendUint16(w.batch, uint16(ulen))
+		w.batch = append(w.batch, hdr...)
+		w.batch = append(w.batch, payload...)
+		w.batch = append(w.batch, zeroPad[:PadLen(ulen)]...)
+		w.fpduStart, w.ulpduLen = w.pos, ulen
+		w.fpduCRC = UpdateCRC(0, w.batch[s:])
+		w.batch = binary.LittleEndian.AppendUint32(w.batch, w.fpduCRC) // PutCRC's order
+		n := len(w.batch) - s
+		w.pos += uint64(n)
+		w.batchBytes += n
+		w.fpdus++
+		return
+	}
+	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
+		w.Begin(hdr, ulen)
+		w.Payload(payload)
+		w.End()
+		return
+	}
+	// Room left the capacity: the spare bytes for the payload, 8 for the
+	// pad and the CRC field.
+	w.spare -= len(payload)
+	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
+	s := len(w.scratch)
+	w.scratch = binary.BigEndian.AppendUint16(w.scratch, uint16(ulen))
+	w.scratch = append(w.scratch, hdr...)
+	w.scratch = append(w.scratch, payload...)
+	w.scratch = append(w.scratch, zeroPad[:PadLen(ulen)]...)
+	w.scratch = append(w.scratch, zeroPad[:CRCLen]...)
+	w.putScratch(s)
+	w.fpdus++
+}
+
 // emit adds p to the batch, inserting markers where the stream reaches
 // one.
 func (w *Writer) emit(p []byte) {
@@ -378,19 +425,25 @@ func (w *Writer) put(p []byte) {
 		w.scrEnd = -1
 		return
 	}
-	if w.buf == nil {
-		w.buf = w.buffers.Get()
-		if cap(*w.buf) < WriterBufLen {
-			panic(fmt.Sprintf("mpa: BufferPool gave a %d-byte buffer, want at least WriterBufLen", cap(*w.buf)))
-		}
-		w.batch = (*w.buf)[:0]
-	}
+	w.takeBuf()
 	for len(p) > 0 {
 		k := min(len(p), copyChunk)
 		s := len(w.batch)
 		w.batch = append(w.batch, p[:k]...) // Room reserved the capacity
 		w.fpduCRC = UpdateCRC(w.fpduCRC, w.batch[s:])
 		p = p[k:]
+	}
+}
+
+// takeBuf takes the batch buffer (with CRC) from the pool, unless the
+// batch has it.
+func (w *Writer) takeBuf() {
+	if w.buf == nil {
+		w.buf = w.buffers.Get()
+		if cap(*w.buf) < WriterBufLen {
+			panic(fmt.Sprintf("mpa: BufferPool gave a %d-byte buffer, want at least WriterBufLen", cap(*w.buf)))
+		}
+		w.batch = (*w.buf)[:0]
 	}
 }
 

@@ -14,7 +14,9 @@
 //
 // PostSend and PostRecv copy the work request into a ring under a short
 // mutex and ring the send engine's doorbell; they never block and take no
-// context. CQ.Poll never blocks; CQ.Wait blocks for a completion. A QP is
+// context. PostSends and PostRecvs (and SRQ.PostRecvs) post a list of
+// work requests, as verbs' linked lists, under one lock and with one
+// doorbell, and say how many of it were posted. CQ.Poll never blocks; CQ.Wait blocks for a completion. A QP is
 // created IDLE, takes receives (and queues sends) at once, and moves to
 // RTS when the connection manager calls Start with the negotiated TCP
 // connection (the cm.QP interface). Completions of send work requests

@@ -778,6 +778,33 @@ func (qp *QP) PostSend(wr SendWR) error {
 		qp.sqMu.Unlock()
 		return ErrQueueFull
 	}
+	e := qp.pushSendLocked(&wr)
+	if qp.sqMode == postFlush {
+		e.state, e.status = sqDone, WCWRFlushErr
+		qp.sqNext = qp.sq.tail
+		ok := qp.sweepLocked()
+		qp.sqMu.Unlock()
+		if !ok {
+			qp.scq.overflowed()
+		}
+		return nil
+	}
+	// Alone in the SQ, nothing else to send: written here if the send
+	// engine is parked (txdirect.go).
+	direct := qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(e.op)
+	qp.sqMu.Unlock()
+	if !direct || !qp.txDirect() {
+		qp.ring()
+	}
+	return nil
+}
+
+// pushSendLocked copies the validated work request wr into the next SQ
+// slot as sqPosted and returns the entry; the caller has checked that
+// the SQ has room.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 	slot := qp.sq.slot(qp.sq.tail)
 	e := qp.sq.push()
 	e.id, e.op = wr.ID, wr.Op
@@ -817,24 +844,71 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	e.length = uint32(total)
 	e.state, e.status = sqPosted, WCSuccess
-	if qp.sqMode == postFlush {
-		e.state, e.status = sqDone, WCWRFlushErr
-		qp.sqNext = qp.sq.tail
-		ok := qp.sweepLocked()
+	return e
+}
+
+// PostSends posts the send work requests wrs in order, as the verbs'
+// linked list of work requests: wrs[:n] are posted exactly as n calls of
+// PostSend would post them (same checks, same completions, same order),
+// under one lock of the SQ and with one doorbell of the send engine for
+// the whole list, so that the engine finds the list whole and frames it
+// into its batches together. It returns n, the number posted; when n < len(wrs) the
+// error is why wrs[n] was refused (what PostSend would return for it: a
+// malformed request, ErrQueueFull when the SQ has no room for it,
+// ErrQPState during a graceful disconnect, ErrCQOverflow) and none of
+// wrs[n:] was posted: a request is posted whole or not at all, and the
+// caller may post wrs[n:] again once the cause is gone. The requests
+// before a malformed one are posted. An empty list posts nothing and
+// returns 0, nil. On a QP in ERROR every request posted completes at once
+// with WCWRFlushErr, as with PostSend. PostSends does not allocate;
+// wrs and their slices may be reused as soon as it returns (see SendWR).
+func (qp *QP) PostSends(wrs []SendWR) (int, error) {
+	valid, verr := validPrefix(wrs, qp.validateSend)
+	if valid == 0 {
+		return 0, verr
+	}
+	qp.sqMu.Lock()
+	if qp.sqMode == postRefuse {
+		qp.sqMu.Unlock()
+		return 0, ErrQPState
+	}
+	if qp.scq.overran() {
+		qp.sqMu.Unlock()
+		return 0, ErrCQOverflow
+	}
+	flush, ok := qp.sqMode == postFlush, true
+	n := 0
+	for ; n < valid; n++ {
+		if qp.sq.full() && flush {
+			// Each flushed request completes at once, as with PostSend.
+			ok = qp.sweepLocked() && ok
+		}
+		if qp.sq.full() {
+			verr = ErrQueueFull
+			break
+		}
+		e := qp.pushSendLocked(&wrs[n])
+		if flush {
+			e.state, e.status = sqDone, WCWRFlushErr
+			qp.sqNext = qp.sq.tail
+		}
+	}
+	if flush {
+		ok = qp.sweepLocked() && ok
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
 		}
-		return nil
+		return n, verr
 	}
-	// Alone in the SQ, nothing else to send: written here if the send
-	// engine is parked (txdirect.go).
-	direct := qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(e.op)
+	// A list of one alone in the SQ, nothing else to send: written here
+	// if the send engine is parked (txdirect.go), as by PostSend.
+	direct := n == 1 && qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(wrs[0].Op)
 	qp.sqMu.Unlock()
-	if !direct || !qp.txDirect() {
+	if n > 0 && (!direct || !qp.txDirect()) {
 		qp.ring()
 	}
-	return nil
+	return n, verr
 }
 
 func (qp *QP) validateSend(wr *SendWR) error {
@@ -899,10 +973,7 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
 	}
-	if len(wr.SGL) > qp.cfg.MaxRecvSGE {
-		return ErrTooManySGE
-	}
-	if err := checkRecvSGL(wr.SGL); err != nil {
+	if err := qp.checkRecv(&wr); err != nil {
 		return err
 	}
 	qp.rqMu.Lock()
@@ -925,6 +996,78 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	qp.rq.post(wr)
 	qp.rqMu.Unlock()
 	return nil
+}
+
+// PostRecvs posts the receive work requests wrs in order under one lock
+// of the RQ: wrs[:n] are posted exactly as n calls of PostRecv would
+// post them (same checks, same completions, same order). It returns n,
+// the number posted; when n < len(wrs) the error is why wrs[n] was
+// refused (what PostRecv would return for it: ErrInvalidWR, ErrTooManySGE
+// or ErrInvalidSGE for a malformed request, ErrQueueFull when the RQ has
+// no room for it, ErrCQOverflow) and none of wrs[n:] was posted: a
+// request is posted whole or not at all. The requests before a malformed
+// one are posted. An empty list posts nothing and returns 0, nil. On a QP
+// in ERROR every request posted completes at once with WCWRFlushErr, as
+// with PostRecv. PostRecvs does not allocate; wrs and their SGLs may be
+// reused as soon as it returns.
+func (qp *QP) PostRecvs(wrs []RecvWR) (int, error) {
+	if qp.srq != nil && len(wrs) > 0 {
+		return 0, ErrInvalidWR
+	}
+	valid, verr := validPrefix(wrs, qp.checkRecv)
+	if valid == 0 {
+		return 0, verr
+	}
+	qp.rqMu.Lock()
+	if qp.rcq.overran() {
+		qp.rqMu.Unlock()
+		return 0, ErrCQOverflow
+	}
+	n := valid
+	if qp.rqMode != postFlush && qp.rq.limit-qp.rq.len() < n {
+		n, verr = qp.rq.limit-qp.rq.len(), ErrQueueFull
+	}
+	if qp.rqMode == postFlush {
+		qp.rqMu.Unlock()
+		ok := true
+		qp.rcq.mu.Lock()
+		for i := range n {
+			wc := WC{ID: wrs[i].ID, Status: WCWRFlushErr, Op: WCRecv, QPN: qp.qpn}
+			ok = qp.rcq.pushLocked(&wc) && ok
+		}
+		qp.rcq.mu.Unlock()
+		if n > 0 {
+			qp.rcq.wake()
+		}
+		if !ok {
+			qp.rcq.overflowed()
+		}
+		return n, verr
+	}
+	for i := range n {
+		qp.rq.post(wrs[i])
+	}
+	qp.rqMu.Unlock()
+	return n, verr
+}
+
+// validPrefix returns how many work requests at the start of wrs check
+// passes, and the error of the first one it refuses (nil if none).
+func validPrefix[T any](wrs []T, check func(*T) error) (int, error) {
+	for i := range wrs {
+		if err := check(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+// checkRecv validates a receive work request of a QP without an SRQ.
+func (qp *QP) checkRecv(wr *RecvWR) error {
+	if len(wr.SGL) > qp.cfg.MaxRecvSGE {
+		return ErrTooManySGE
+	}
+	return checkRecvSGL(wr.SGL)
 }
 
 // takeRecv moves the next receive work request (from the SRQ, if any)

@@ -17,17 +17,8 @@ import (
 func TestRefsBalance(t *testing.T) {
 	dev, _ := NewDevice(nil)
 	defer dev.Close()
-	mk := func() (*PD, *QP, *CQ) {
-		pd := dev.AllocPD()
-		cq, _ := dev.CreateCQ(4096)
-		qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 1024, MaxRecvWR: 1024})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pd, qp, cq
-	}
-	pda, qa, cqa := mk()
-	pdb, qb, cqb := mk()
+	pda, qa, cqa := newRefsQP(t, dev, 1024, 1024)
+	pdb, qb, cqb := newRefsQP(t, dev, 1024, 1024)
 	mem, err := dev.AllocMemory(4 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -105,4 +96,161 @@ func TestRefsBalance(t *testing.T) {
 	if r := mem.refs.Load(); r != 0 {
 		t.Errorf("memory holds %d references after everything is released", r)
 	}
+}
+
+// TestRefsBorrowed: work requests from one region share the batch's
+// reference on it (borrowRef), also one that is written across several
+// batches after small ones (ownJobRefs): the data arrives whole and the
+// region ends with only its registration reference.
+func TestRefsBorrowed(t *testing.T) {
+	dev, _ := NewDevice(nil)
+	defer dev.Close()
+	pda, qa, cqa := newRefsQP(t, dev, 1024, 16)
+	pdb, qb, _ := newRefsQP(t, dev, 1024, 16)
+	srcBuf, dstBuf := make([]byte, 1<<20), make([]byte, 1<<20)
+	for i := range srcBuf {
+		srcBuf[i] = byte(i * 7)
+	}
+	src, _ := pda.RegisterMemory(srcBuf, AccessLocalWrite)
+	dst, _ := pdb.RegisterMemory(dstBuf, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead)
+	ca, cb := net.Pipe()
+	if err := qb.Start(cb, &mpa.Params{IRD: 8, ORD: 8, CRC: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Start(ca, &mpa.Params{Initiator: true, IRD: 8, ORD: 8, CRC: true}); err != nil {
+		t.Fatal(err)
+	}
+	var wrs []SendWR
+	for round := range 3 {
+		for i := range 100 {
+			off := (round*100 + i) * 64
+			wrs = append(wrs, SendWR{Op: WRWrite, SGL: []SGE{src.SGE(off, 64)}, Remote: Remote{STag: dst.STag(), Offset: uint64(off)}})
+		}
+		// 1 MiB in two SGEs of the same region, many batches.
+		wrs = append(wrs, SendWR{Op: WRWrite, SGL: []SGE{src.SGE(0, 512<<10), src.SGE(512<<10, 512<<10)}, Remote: Remote{STag: dst.STag()}})
+	}
+	for i := range wrs {
+		wrs[i].ID, wrs[i].Signaled = uint64(i), true
+	}
+	if n, err := qa.PostSends(wrs); n != len(wrs) || err != nil {
+		t.Fatalf("PostSends = %d, %v", n, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wcs := make([]WC, 64)
+	for got := 0; got < len(wrs); {
+		n := cqa.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			if wc.Status != WCSuccess || wc.ID != uint64(got) {
+				t.Fatalf("completion %+v, want %d success", wc, got)
+			}
+			got++
+		}
+		if n == 0 {
+			if err := cqa.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A Read fences the Writes: all placed.
+	sink, _ := pda.RegisterMemory(make([]byte, 1), AccessLocalWrite)
+	if err := qa.PostSend(SendWR{ID: 1 << 40, Op: WRRead, Signaled: true, SGL: []SGE{sink.SGE(0, 1)}, Remote: Remote{STag: dst.STag()}}); err != nil {
+		t.Fatal(err)
+	}
+	for cqa.Poll(wcs[:1]) == 0 {
+		if err := cqa.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if wcs[0].Status != WCSuccess || wcs[0].Op != WCRead {
+		t.Fatalf("fence completion %+v", wcs[0])
+	}
+	for i := range dstBuf {
+		if dstBuf[i] != srcBuf[i] {
+			t.Fatalf("byte %d is %d, want %d", i, dstBuf[i], srcBuf[i])
+		}
+	}
+	qa.Close()
+	qb.Close()
+	for i, mr := range []*MR{src, dst, sink} {
+		if r := mr.refs.Load(); r != 1 {
+			t.Errorf("MR %d holds %d references, want 1", i, r)
+		}
+	}
+}
+
+// TestBorrowedRefSpill walks the send engine's references through a
+// batch: the first request from a region takes a reference, the next
+// borrows the batch's; when the batch is written before the borrower is
+// wholly queued, the borrower gets a reference of its own first, so the
+// region never counts fewer references than requests in flight.
+func TestBorrowedRefSpill(t *testing.T) {
+	dev, _ := NewDevice(nil)
+	defer dev.Close()
+	pd := dev.AllocPD()
+	cq, _ := dev.CreateCQ(16)
+	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	mr, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
+	tx := &qp.tx
+	start := func(idx uint64) {
+		t.Helper()
+		e := &sqEntry{op: WRWrite, nsge: 2}
+		e.sgl[0], e.sgl[1] = mr.SGE(0, 64), mr.SGE(64, 64)
+		qp.sqMu.Lock()
+		st := qp.txStartLocked(e, idx)
+		qp.sqMu.Unlock()
+		if st != WCSuccess {
+			t.Fatalf("txStartLocked: %v", st)
+		}
+	}
+	refs := func(want int64, when string) {
+		t.Helper()
+		if r := mr.refs.Load(); r != want {
+			t.Fatalf("%s: %d references, want %d", when, r, want)
+		}
+	}
+	start(0)
+	refs(3, "first request, two SGEs, empty batch")
+	tx.finishWR()
+	start(1)
+	refs(3, "second request, borrowing")
+	tx.finishWR()
+	tx.dropReleases()
+	refs(1, "batch written after both were queued")
+
+	start(2)
+	tx.finishWR()
+	start(3)
+	refs(3, "borrowing again")
+	tx.ownJobRefs() // the batch is written with request 3 partly queued
+	tx.dropReleases()
+	refs(3, "batch written, request 3 in flight")
+	tx.finishWR()
+	tx.dropReleases()
+	refs(1, "request 3 written")
+
+	start(4)
+	tx.finishWR()
+	start(5)
+	tx.dropJobRefs() // request 5 abandoned
+	refs(3, "borrower abandoned")
+	tx.dropReleases()
+	refs(1, "all dropped")
+}
+
+// newRefsQP returns a PD, a QP in it with the given queue depths and
+// its CQ (for both queues).
+func newRefsQP(t *testing.T, dev *Device, sendWR, recvWR int) (*PD, *QP, *CQ) {
+	t.Helper()
+	pd := dev.AllocPD()
+	cq, _ := dev.CreateCQ(4096)
+	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: sendWR, MaxRecvWR: recvWR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd, qp, cq
 }

@@ -23,8 +23,16 @@ func (r *rqRing) take(e *rqEntry) bool {
 	if src == nil {
 		return false
 	}
-	*e = *src
-	for i := range src.nsge {
+	// Only the live SGEs move (an entry is 16 of them, mostly unused);
+	// e's SGEs past them, left from an earlier receive, drop their
+	// regions.
+	n := src.nsge
+	copy(e.sgl[:n], src.sgl[:n])
+	for i := n; i < e.nsge; i++ {
+		e.sgl[i] = SGE{}
+	}
+	e.id, e.nsge = src.id, n
+	for i := range n {
 		src.sgl[i].MR = nil
 	}
 	return true

@@ -48,10 +48,7 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 // PostRecv posts a receive work request to the SRQ. An SGL longer in
 // total than MaxRecvLen is refused with ErrInvalidWR.
 func (s *SRQ) PostRecv(wr RecvWR) error {
-	if len(wr.SGL) > s.maxSGE {
-		return ErrTooManySGE
-	}
-	if err := checkRecvSGL(wr.SGL); err != nil {
+	if err := s.check(&wr); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -64,6 +61,41 @@ func (s *SRQ) PostRecv(wr RecvWR) error {
 	}
 	s.rq.post(wr)
 	return nil
+}
+
+// PostRecvs posts the receive work requests wrs to the SRQ in order under
+// one lock: wrs[:n] are posted exactly as n calls of PostRecv would post
+// them. It returns n; when n < len(wrs) the error is why wrs[n] was
+// refused (what PostRecv would return for it: a malformed request,
+// ErrQueueFull when the SRQ has no room for it, ErrClosed) and none of
+// wrs[n:] was posted. The requests before a malformed one are posted. It
+// does not allocate; wrs and their SGLs may be reused once it returns.
+func (s *SRQ) PostRecvs(wrs []RecvWR) (int, error) {
+	valid, verr := validPrefix(wrs, s.check)
+	if valid == 0 {
+		return 0, verr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	n := min(valid, s.rq.limit-s.rq.len())
+	if n < valid {
+		verr = ErrQueueFull
+	}
+	for i := range n {
+		s.rq.post(wrs[i])
+	}
+	return n, verr
+}
+
+// check validates a receive work request for the SRQ.
+func (s *SRQ) check(wr *RecvWR) error {
+	if len(wr.SGL) > s.maxSGE {
+		return ErrTooManySGE
+	}
+	return checkRecvSGL(wr.SGL)
 }
 
 // Len returns the number of posted receives waiting.

@@ -120,6 +120,10 @@ type txEngine struct {
 	sgeOff      uint32   // bytes of that SGE queued
 	jobRefs     [MaxSGE]*MR
 	njobRefs    int // references the current work request holds (jobRefs[:njobRefs])
+	// jobBorrowed marks (bit i) the jobRefs[i] taken without a reference
+	// of their own: the batch being filled already holds one on that
+	// region until it is written (see borrowRef).
+	jobBorrowed uint32
 	irqBurst    int // responses started in a row while the SQ had work
 
 	// Completion: work requests before queuedUpTo are wholly in the
@@ -506,6 +510,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			qp.stats.txFPDUs.Add(uint64(fpdus))
 		}
 	}
+	t.ownJobRefs() // before the batch's references drop
 	t.dropReleases()
 	if err != nil {
 		return sent, err
@@ -610,10 +615,13 @@ func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
 		// Hold the source memory until the request is written.
 		t := &qp.tx
 		for i := range e.nsge {
-			if !e.sgl[i].MR.acquire() {
+			mr := e.sgl[i].MR
+			if t.borrowRef(mr) {
+				t.jobBorrowed |= 1 << t.njobRefs
+			} else if !mr.acquire() {
 				return WCLocProtErr
 			}
-			t.jobRefs[t.njobRefs] = e.sgl[i].MR
+			t.jobRefs[t.njobRefs] = mr
 			t.njobRefs++
 		}
 	}
@@ -783,19 +791,47 @@ func (t *txEngine) finishWR() {
 	t.queuedUpTo = t.wrIdx + 1
 	t.job, t.wr = jobNone, nil
 	for i := range t.njobRefs {
-		t.addRelease(t.jobRefs[i])
+		if t.jobBorrowed&(1<<i) == 0 {
+			t.addRelease(t.jobRefs[i])
+		}
 		t.jobRefs[i] = nil
 	}
-	t.njobRefs = 0
+	t.njobRefs, t.jobBorrowed = 0, 0
+}
+
+// borrowRef reports whether the batch being filled already holds a
+// reference on mr that it drops only after its write (the last one added
+// to releases: a stream of work requests from one region, the common
+// case): a work request that is wholly queued in this batch needs no
+// reference of its own, which saves an atomic increment and decrement
+// per request. Should the batch be written before the request is wholly
+// queued, ownJobRefs first turns the borrowed references into real ones.
+func (t *txEngine) borrowRef(mr *MR) bool {
+	return len(t.releases) > 0 && t.releases[len(t.releases)-1] == mr
+}
+
+// ownJobRefs takes a reference of its own for every borrowed reference of
+// the current work request; called after the batch is written and before
+// its references drop, it always succeeds (the batch still holds one on
+// each such region).
+func (t *txEngine) ownJobRefs() {
+	for i := range t.njobRefs {
+		if t.jobBorrowed&(1<<i) != 0 {
+			t.jobRefs[i].refs.Add(1)
+		}
+	}
+	t.jobBorrowed = 0
 }
 
 // dropJobRefs releases the memory references of an abandoned job.
 func (t *txEngine) dropJobRefs() {
 	for i := range t.njobRefs {
-		t.jobRefs[i].release()
+		if t.jobBorrowed&(1<<i) == 0 {
+			t.jobRefs[i].release()
+		}
 		t.jobRefs[i] = nil
 	}
-	t.njobRefs = 0
+	t.njobRefs, t.jobBorrowed = 0, 0
 }
 
 // emitControl queues a control message: one FPDU whose ULPDU (at most
@@ -851,14 +887,20 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff,
 			})
 		}
-		t.w.Begin(h, hlen+n)
-		if e.inline {
+		switch {
+		case e.inline:
 			s := qp.sq.slot(t.wrIdx) * qp.cfg.MaxInline
-			t.w.Payload(qp.inline[s+int(t.msgOff) : s+int(t.msgOff)+n])
-		} else {
+			t.w.FPDU(h, qp.inline[s+int(t.msgOff):s+int(t.msgOff)+n])
+		case e.nsge == 1:
+			// One SGE: the segment's payload is one piece of it.
+			sg := &e.sgl[0]
+			t.w.FPDU(h, sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n)))
+			t.sgeOff += uint32(n)
+		default:
+			t.w.Begin(h, hlen+n)
 			t.gather(e, n)
+			t.w.End()
 		}
-		t.w.End()
 		t.msgOff += uint32(n)
 		if last {
 			if !tagged {

@@ -83,6 +83,13 @@ type SendWR struct {
 	// Remote is the peer memory of Write, Read and atomics.
 	Remote Remote
 	// Signaled asks for a completion on success (errors always complete).
+	// Completions come in SQ order, so a signaled completion also says
+	// that every request posted before it has completed (an unsignaled
+	// one that failed has its own completion, before it). An unsignaled
+	// request's SQ slot is free once it has completed, without waiting
+	// for a later signaled completion to be polled as verbs do: a
+	// caller that counts its slots by the verbs rule never finds the SQ
+	// full, one that never signals does not stall.
 	Signaled bool
 	// Solicited sets the Solicited Event bit of a Send or Immediate Data.
 	Solicited bool

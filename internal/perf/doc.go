@@ -21,11 +21,16 @@
 //	write     the client keeps depth RDMA Writes of size bytes in flight, all
 //	          to offset 0 of the responder's buffer, from a source holding
 //	          the test pattern; the responder does nothing until "fin".
+//	          Writes and Sends are posted in lists (PostSends) of a quarter
+//	          of the depth, only the last of each signaled (as perftest's CQ
+//	          moderation); a request counts as in flight until a signaled
+//	          completion at or after it has been reaped.
 //	read      the client keeps depth RDMA Reads of size bytes in flight from
 //	          the responder's buffer, which holds the test pattern.
 //	send      the client keeps up to depth Sends in flight; each carries its
 //	          sequence number (8 bytes, big-endian) then the pattern. The
-//	          responder checks and reposts each receive, and returns credits
+//	          responder checks each receive, reposts those of one poll as
+//	          one list (PostRecvs), and returns credits
 //	          (below): iWARP has no receiver-not-ready retry, so a Send
 //	          without a posted receive would end the connection.
 //	pingpong  one Send at a time; the responder sends it back from the same

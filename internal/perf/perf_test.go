@@ -456,7 +456,7 @@ func TestBadData(t *testing.T) {
 	s := st.(*rdmaStream)
 	defer s.close()
 	for seq := range uint64(2) {
-		if err := s.post(seq + 7); err != nil { // the responder expects 0, 1
+		if err := s.post(seq+7, 1); err != nil { // the responder expects 0, 1
 			t.Fatal(err)
 		}
 	}

@@ -205,6 +205,9 @@ const (
 	ctrlID  = 1 << 63
 )
 
+// pollBatch is how many completions the responder takes per poll.
+const pollBatch = 32
+
 // responder is the state of one served connection, owned by the goroutine
 // that runs serveConn.
 type responder struct {
@@ -228,7 +231,9 @@ type responder struct {
 	fin        *counts
 	finAt      time.Time
 	echoing    int // the receive slot of the echo in flight, or -1
-	wcs        [32]rdmap.WC
+	wcs        [pollBatch]rdmap.WC
+	reposts    []rdmap.RecvWR       // data receives to post again, as one list after a poll
+	repostSGE  [pollBatch]rdmap.SGE // the SGLs of reposts
 	ctrl       []byte
 	m          meters
 }
@@ -355,7 +360,7 @@ const (
 // receives: at most ans.limit bytes of buffers (MaxBuffer when 0), taken
 // from ans.reserve when set. release frees them (after the QP is closed).
 func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error) {
-	r := &responder{p: p, ctrl: make([]byte, 0, ctrlLen), echoing: -1}
+	r := &responder{p: p, ctrl: make([]byte, 0, ctrlLen), echoing: -1, reposts: make([]rdmap.RecvWR, 0, pollBatch)}
 	limit := MaxBuffer
 	if ans.limit > 0 {
 		limit = int(min(ans.limit, MaxBuffer))
@@ -459,7 +464,30 @@ func (r *responder) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := r.flushReposts(); err != nil {
+			return err
+		}
 	}
+}
+
+// flushReposts posts the data receives handled since the last poll
+// again, as one list, and then, when a batch of them is due, returns
+// the credits: a credit is never announced before its receive is posted.
+func (r *responder) flushReposts() error {
+	if len(r.reposts) == 0 {
+		return nil
+	}
+	n, err := r.qp.PostRecvs(r.reposts)
+	r.reposts = r.reposts[:0]
+	if err != nil {
+		return err
+	}
+	if r.credits += n; r.credits >= r.batch {
+		r.ctrl = strconv.AppendInt(append(r.ctrl[:0], "credit "...), int64(r.credits), 10)
+		r.credits = 0
+		return r.sendCtrl()
+	}
+	return nil
 }
 
 // handle handles one completion; done says the connection is over.
@@ -506,14 +534,9 @@ func (r *responder) handle(wc rdmap.WC) (done bool, err error) {
 	if r.p.Op == OpPingPong {
 		return false, r.echo(slot, msg)
 	}
-	if err := r.repost(slot); err != nil {
-		return true, err
-	}
-	if r.credits++; r.credits >= r.batch {
-		r.ctrl = strconv.AppendInt(append(r.ctrl[:0], "credit "...), int64(r.credits), 10)
-		r.credits = 0
-		return false, r.sendCtrl()
-	}
+	i := len(r.reposts) // at most one per completion of the poll
+	r.repostSGE[i] = r.slotMR.SGE(slot*r.slotLen, r.slotLen)
+	r.reposts = append(r.reposts, rdmap.RecvWR{ID: uint64(slot), SGL: r.repostSGE[i : i+1]})
 	return false, nil
 }
 

@@ -10,17 +10,31 @@ import (
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
 
-// Queue depths: Writes and Sends keep up to depth work requests
-// outstanding (as rdmap's own benchmarks do); Reads up to readDepth, the
-// ORD the connection settles (rdmaptest's default IRD/ORD of 16).
+// The workloads do what a demanding RDMA user does for message rate (as
+// perftest's ib_write_bw and ib_send_bw do): Writes and Sends keep up to
+// sqDepth work requests on the SQ, posted in lists (PostSends) of
+// signalEvery of which only the last is signaled; a signaled completion
+// retires its work request and every one before it (completions come in
+// SQ order), and the poster counts a slot as busy until then, as verbs
+// require. The server keeps recvPosted receives posted and reposts the
+// ones it reaped as one list (PostRecvs); a Send never goes out without a
+// receive for it. Every message is still a whole RDMA operation, every
+// byte placed, every receive completion reaped and checked. Reads keep up
+// to readDepth outstanding, the ORD the connection settles (rdmaptest's
+// default IRD/ORD of 16), each signaled. depth is the mirrored baseline's
+// window (raw.go).
 const (
-	depth     = 32
-	readDepth = 16
+	sqDepth     = 256
+	signalEvery = 32
+	readDepth   = 16
+	depth       = 32
 	// recvPosted is how many receives the server side keeps posted for
-	// Sends (the sender never runs further ahead); the client keeps
+	// Sends (perftest's ib_send_bw rx depth); the client keeps
 	// clientRecvs for the ping-pong's echoes.
-	recvPosted  = 2 * depth
+	recvPosted  = 512
 	clientRecvs = 8
+	// pollBatch is how many completions one Poll takes at most.
+	pollBatch = 64
 )
 
 // qpSide is one end of a gosiw connection: a device of its own, a PD, one
@@ -35,6 +49,7 @@ type qpSide struct {
 	src, dst *rdmap.MR
 	wcs      []rdmap.WC
 	recv     rdmap.RecvWR
+	recvs    []rdmap.RecvWR // pollBatch copies of recv, a list to repost
 }
 
 func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
@@ -42,13 +57,13 @@ func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &qpSide{dev: dev, pd: dev.AllocPD(), wcs: make([]rdmap.WC, 2*depth)}
+	s := &qpSide{dev: dev, pd: dev.AllocPD(), wcs: make([]rdmap.WC, pollBatch)}
 	if s.cq, err = dev.CreateCQ(1024); err != nil {
 		return s, err
 	}
 	if s.qp, err = s.pd.CreateQP(&rdmap.QPConfig{
 		SendCQ: s.cq, RecvCQ: s.cq,
-		MaxSendWR: 2 * depth, MaxRecvWR: 2 * recvPosted,
+		MaxSendWR: sqDepth, MaxRecvWR: recvPosted,
 		MaxULPDU: maxULPDU, PollRx: pollRx,
 	}); err != nil {
 		return s, err
@@ -64,6 +79,10 @@ func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
 		return s, err
 	}
 	s.recv = rdmap.RecvWR{SGL: []rdmap.SGE{s.dst.SGE(0, maxSize)}}
+	s.recvs = make([]rdmap.RecvWR, pollBatch)
+	for i := range s.recvs {
+		s.recvs[i] = s.recv
+	}
 	return s, nil
 }
 
@@ -106,8 +125,8 @@ func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU int, pollRx bool) (_ *g
 	if f.b, err = newQPSide(maxULPDU, pollRx); err != nil {
 		return nil, err
 	}
-	for range recvPosted {
-		if err := f.b.qp.PostRecv(f.b.recv); err != nil {
+	for n := 0; n < recvPosted; n += pollBatch {
+		if _, err := f.b.qp.PostRecvs(f.b.recvs[:min(pollBatch, recvPosted-n)]); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +197,8 @@ func runCtx() (context.Context, context.CancelFunc) {
 }
 
 // gosiwStream streams RDMA Writes (op WRWrite) or Reads (WRRead) of size
-// bytes from the client to the server's memory, at most d outstanding.
+// bytes from the client to the server's memory, at most d outstanding
+// (Writes in lists of signalEvery, see sqDepth; Reads each signaled).
 // A run ends when the last completion is reaped. A Write completes once
 // written to the socket, so after the timer stops a 1-byte Read fences
 // the run: the next one starts with nothing in flight.
@@ -192,9 +212,9 @@ func gosiwStream(b bench, n int, f *gosiwFixture, op rdmap.WROpcode, size, d int
 func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d int) error {
 	ctx, cancel := runCtx()
 	defer cancel()
-	wrs := make([]rdmap.SendWR, len(fs))
+	lists := make([]*postList, len(fs))
 	for i, f := range fs {
-		wrs[i] = f.streamWR(op, size)
+		lists[i] = f.streamList(op, size, d)
 	}
 	errs := make([]error, len(fs))
 	done := make(chan struct{}, len(fs))
@@ -203,14 +223,14 @@ func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d
 	b.ResetTimer()
 	for i := 1; i < len(fs); i++ {
 		go func() {
-			errs[i] = fs[i].stream(ctx, wrs[i], share(n, len(fs), i), d)
+			errs[i] = fs[i].stream(ctx, lists[i], share(n, len(fs), i))
 			if errs[i] != nil {
 				cancel()
 			}
 			done <- struct{}{}
 		}()
 	}
-	errs[0] = fs[0].stream(ctx, wrs[0], share(n, len(fs), 0), d)
+	errs[0] = fs[0].stream(ctx, lists[0], share(n, len(fs), 0))
 	if errs[0] != nil {
 		cancel()
 	}
@@ -231,48 +251,104 @@ func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d
 	return nil
 }
 
-// streamWR is the work request of a stream of op (WRWrite or WRRead).
-func (f *gosiwFixture) streamWR(op rdmap.WROpcode, size int) rdmap.SendWR {
+// postList posts copies of one work request in lists of at most k (the
+// last of each signaled), at most d posted and not retired: a signaled
+// completion retires its request and every one before it, as in verbs.
+// Request i of a run has ID i.
+type postList struct {
+	qp            *rdmap.QP
+	wrs           []rdmap.SendWR
+	d             int
+	posted, retir int
+}
+
+func newPostList(qp *rdmap.QP, wr rdmap.SendWR, d, k int) *postList {
+	l := &postList{qp: qp, wrs: make([]rdmap.SendWR, k), d: d}
+	for i := range l.wrs {
+		l.wrs[i] = wr
+	}
+	return l
+}
+
+// post posts as many lists as the window allows, up to n requests in
+// the run and, with limit >= 0, no more than limit more.
+func (l *postList) post(n, limit int) error {
+	for l.posted < n && l.posted-l.retir < l.d && limit != 0 {
+		m := min(len(l.wrs), n-l.posted, l.d-(l.posted-l.retir))
+		if limit > 0 {
+			m = min(m, limit)
+			limit -= m
+		}
+		for j := range m {
+			l.wrs[j].ID, l.wrs[j].Signaled = uint64(l.posted+j), j == m-1
+		}
+		if _, err := l.qp.PostSends(l.wrs[:m]); err != nil {
+			return err
+		}
+		l.posted += m
+	}
+	return nil
+}
+
+// retire takes a completion of the list's op: it retires every request
+// up to its own.
+func (l *postList) retire(wc *rdmap.WC, want rdmap.WCOpcode) error {
+	if err := checkWC(wc, want); err != nil {
+		return err
+	}
+	if id := int(wc.ID); id < l.retir || id >= l.posted {
+		return fmt.Errorf("completion of request %d, want one of %d..%d", id, l.retir, l.posted-1)
+	}
+	l.retir = int(wc.ID) + 1
+	return nil
+}
+
+// start begins a run.
+func (l *postList) start() { l.posted, l.retir = 0, 0 }
+
+// streamList is the client's postList of a stream of op (WRWrite or
+// WRRead) with at most d outstanding.
+func (f *gosiwFixture) streamList(op rdmap.WROpcode, size, d int) *postList {
 	a := f.a
-	wr := rdmap.SendWR{Op: op, Signaled: true}
+	wr := rdmap.SendWR{Op: op}
+	k := signalEvery
 	if op == rdmap.WRRead {
 		wr.SGL = []rdmap.SGE{a.dst.SGE(0, size)}
 		wr.Remote = rdmap.Remote{STag: f.b.src.STag()}
+		k = 1
 	} else {
 		wr.SGL = []rdmap.SGE{a.src.SGE(0, size)}
 		wr.Remote = rdmap.Remote{STag: f.b.dst.STag()}
 	}
-	return wr
+	return newPostList(a.qp, wr, d, min(k, d))
 }
 
-// stream posts wr n times on the client's QP, at most d outstanding, and
-// reaps the n completions.
-func (f *gosiwFixture) stream(ctx context.Context, wr rdmap.SendWR, n, d int) error {
+// stream posts n requests of l on the client's QP and reaps their
+// completions.
+func (f *gosiwFixture) stream(ctx context.Context, l *postList, n int) error {
 	a := f.a
 	want := rdmap.WCWrite
-	if wr.Op == rdmap.WRRead {
+	if l.wrs[0].Op == rdmap.WRRead {
 		want = rdmap.WCRead
 	}
-	posted, done := 0, 0
-	for done < n {
-		for posted < n && posted-done < d {
-			if err := a.qp.PostSend(wr); err != nil {
-				return err
-			}
-			posted++
+	l.start()
+	for l.retir < n {
+		if err := l.post(n, -1); err != nil {
+			return err
 		}
 		k := a.cq.Poll(a.wcs)
 		for i := range k {
-			if err := checkWC(&a.wcs[i], want); err != nil {
+			if err := l.retire(&a.wcs[i], want); err != nil {
 				return err
 			}
 		}
-		done += k
 		if k == 0 {
 			if err := waitWC(ctx, a.cq, a.wcs, want); err != nil {
 				return err
 			}
-			done++
+			if err := l.retire(&a.wcs[0], want); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -290,77 +366,67 @@ func (f *gosiwFixture) fence(ctx context.Context) error {
 }
 
 // gosiwSend streams Sends of size bytes into receives the server keeps
-// posted, at most depth outstanding and never more than recvPosted ahead
-// of the receives the server has reaped (iWARP has no receiver-not-ready
-// retry: a Send without a posted receive ends the connection). One
-// goroutine reaps both sides, as rdmap's BenchmarkSend does.
+// posted: lists of signalEvery Sends, at most sqDepth outstanding (see
+// sqDepth) and never more than recvPosted ahead of the receives the
+// server has reaped (iWARP has no receiver-not-ready retry: a Send
+// without a posted receive ends the connection). The server reposts the
+// receives it reaped as one list. A run ends when every Send has been
+// retired and every receive reaped. One goroutine reaps both sides, as
+// rdmap's BenchmarkSend does.
 func gosiwSend(b bench, n int, f *gosiwFixture, size int) error {
 	ctx, cancel := runCtx()
 	defer cancel()
 	a, p := f.a, f.b
-	wr := rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{a.src.SGE(0, size)}, Signaled: true}
+	l := newPostList(a.qp, rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{a.src.SGE(0, size)}}, sqDepth, signalEvery)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
-	posted, done, received := 0, 0, 0
-	reap := func() error {
+	received := 0
+	reap := func() (int, error) {
 		k := p.cq.Poll(p.wcs)
 		for i := range k {
 			if err := checkWC(&p.wcs[i], rdmap.WCRecv); err != nil {
-				return err
+				return 0, err
 			}
-			if err := p.qp.PostRecv(p.recv); err != nil {
-				return err
+		}
+		if k > 0 {
+			if _, err := p.qp.PostRecvs(p.recvs[:k]); err != nil {
+				return 0, err
 			}
 		}
 		received += k
-		return nil
+		return k, nil
 	}
-	for done < n {
-		for posted < n && posted-done < depth && posted-received < recvPosted {
-			if err := a.qp.PostSend(wr); err != nil {
-				return err
-			}
-			posted++
-		}
-		if err := reap(); err != nil {
+	for l.retir < n || received < n {
+		if err := l.post(n, recvPosted-(l.posted-received)); err != nil {
 			return err
 		}
-		k := a.cq.Poll(a.wcs)
-		for i := range k {
-			if err := checkWC(&a.wcs[i], rdmap.WCSend); err != nil {
+		kr, err := reap()
+		if err != nil {
+			return err
+		}
+		ks := a.cq.Poll(a.wcs)
+		for i := range ks {
+			if err := l.retire(&a.wcs[i], rdmap.WCSend); err != nil {
 				return err
 			}
 		}
-		done += k
-		switch {
-		case k > 0:
-		case posted > done:
-			if err := waitWC(ctx, a.cq, a.wcs, rdmap.WCSend); err != nil {
-				return err
+		if kr > 0 || ks > 0 {
+			continue
+		}
+		// Nothing came: wait for a receive while Sends are on their way,
+		// else (all received) for the completion that retires them.
+		if received < l.posted {
+			if err := p.cq.Wait(ctx); err != nil {
+				return fmt.Errorf("waiting for a receive: %w", err)
 			}
-			done++
-		case posted-received >= recvPosted:
-			if err := waitWC(ctx, p.cq, p.wcs, rdmap.WCRecv); err != nil {
-				return err
-			}
-			if err := p.qp.PostRecv(p.recv); err != nil {
-				return err
-			}
-			received++
+		} else if err := waitWC(ctx, a.cq, a.wcs, rdmap.WCSend); err != nil {
+			return err
+		} else if err := l.retire(&a.wcs[0], rdmap.WCSend); err != nil {
+			return err
 		}
 	}
 	b.StopTimer()
-	// Reap the rest, so the server has recvPosted receives again.
-	for received < n {
-		if err := waitWC(ctx, p.cq, p.wcs, rdmap.WCRecv); err != nil {
-			return err
-		}
-		if err := p.qp.PostRecv(p.recv); err != nil {
-			return err
-		}
-		received++
-	}
 	return nil
 }
 

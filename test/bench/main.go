@@ -8,7 +8,12 @@
 // and a 64-byte Send/Recv ping-pong, whose QPs use QPConfig.PollRx (the
 // waiting goroutine runs the receive engine, the mode a latency-bound
 // application opts into; pingpong-rxg, a diagnostic without a target, is
-// the same ping-pong with the receive goroutines). Every target is judged against a
+// the same ping-pong with the receive goroutines). The Write and Send
+// workloads post as a message-rate RDMA user does (perftest's
+// ib_write_bw, ib_send_bw): up to 256 work requests on the SQ in lists
+// of 32 with only the last signaled, 512 receives posted and reposted in
+// lists (see sqDepth in gosiw.go); every message is still a whole RDMA
+// operation, every receive completion reaped. Every target is judged against a
 // bare TCP baseline (bare.go) in the same run: bulk (one goroutine
 // writing size-byte buffers, one reading, as iperf3 does) for Write,
 // Send and Read of 64 KiB and more; batched (messages through a

@@ -71,7 +71,13 @@ func TestWorkloads(t *testing.T) {
 				{"pingpong", func(n int) error { return gosiwPingPong(nopBench{}, n, f, size) }},
 				{"write-4qp", func(n int) error { return gosiwStreams(nopBench{}, n, fs, rdmap.WRWrite, size, depth) }},
 			} {
-				for _, n := range []int{1, 3 * recvPosted} {
+				// Runs of one request, of a list and a part, and (small
+				// sizes) past the SQ's and the receives' depth.
+				ns := []int{1, signalEvery + 3, 3*signalEvery + 1}
+				if size <= 4096 {
+					ns = append(ns, 3*recvPosted+5)
+				}
+				for _, n := range ns {
 					if err := run.fn(n); err != nil {
 						t.Fatalf("gosiw %s %d crc=%v pollrx=%v n=%d: %v (QP errors: %v, %v)", run.name, size, crc, k.pollRx, n, err, f.a.qp.Err(), f.b.qp.Err())
 					}

@@ -1,0 +1,325 @@
+package rdmap_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+)
+
+// TestPostListsPartial checks the partial-failure contract of PostSends
+// and PostRecvs: wrs[:n] are posted, wrs[n] is refused with its error,
+// nothing after it is posted, and every posted request completes exactly
+// once, in order.
+func TestPostListsPartial(t *testing.T) {
+	a := newSide(t, newDevice(t), rdmap.QPConfig{MaxSendWR: 4})
+	b := newSide(t, newDevice(t), rdmap.QPConfig{MaxRecvWR: 8})
+	src := a.reg(t, make([]byte, 64), rdmap.AccessLocalWrite)
+	dst := b.reg(t, make([]byte, 8*64), rdmap.AccessLocalWrite)
+	for i := range 8 {
+		src.Bytes()[i*8] = byte(10 + i)
+	}
+	send := func(id int) rdmap.SendWR {
+		return rdmap.SendWR{ID: uint64(id), Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(id*8, 8)}, Signaled: true}
+	}
+	recv := func(id int) rdmap.RecvWR {
+		return rdmap.RecvWR{ID: uint64(100 + id), SGL: []rdmap.SGE{dst.SGE(id*64, 64)}}
+	}
+
+	if n, err := a.qp.PostSends(nil); n != 0 || err != nil {
+		t.Fatalf("PostSends(nil) = %d, %v", n, err)
+	}
+	if n, err := b.qp.PostRecvs(nil); n != 0 || err != nil {
+		t.Fatalf("PostRecvs(nil) = %d, %v", n, err)
+	}
+	// A malformed request in the middle: the ones before it are posted.
+	bad := send(2)
+	bad.SGL[0].MR = nil
+	if n, err := a.qp.PostSends([]rdmap.SendWR{send(0), send(1), bad, send(3)}); n != 2 || !errors.Is(err, rdmap.ErrInvalidSGE) {
+		t.Fatalf("PostSends with wrs[2] malformed = %d, %v; want 2, ErrInvalidSGE", n, err)
+	}
+	// The SQ (4) has room for two of three.
+	if n, err := a.qp.PostSends([]rdmap.SendWR{send(2), send(3), send(4)}); n != 2 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("PostSends into a SQ with room for 2 = %d, %v; want 2, ErrQueueFull", n, err)
+	}
+	if n, err := a.qp.PostSends([]rdmap.SendWR{send(4)}); n != 0 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("PostSends into a full SQ = %d, %v; want 0, ErrQueueFull", n, err)
+	}
+	// Receives: a malformed one, then more than the RQ (8) holds.
+	tooMany := rdmap.RecvWR{ID: 99, SGL: make([]rdmap.SGE, rdmap.MaxSGE+1)}
+	if n, err := b.qp.PostRecvs([]rdmap.RecvWR{recv(0), tooMany, recv(1)}); n != 1 || !errors.Is(err, rdmap.ErrTooManySGE) {
+		t.Fatalf("PostRecvs with wrs[1] malformed = %d, %v; want 1, ErrTooManySGE", n, err)
+	}
+	rest := make([]rdmap.RecvWR, 0, 9)
+	for i := 1; i < 10; i++ {
+		rest = append(rest, recv(i))
+	}
+	if n, err := b.qp.PostRecvs(rest); n != 7 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("PostRecvs of 9 into a RQ with room for 7 = %d, %v; want 7, ErrQueueFull", n, err)
+	}
+
+	rdmaptest.Connect(t, a.qp, b.qp, &rdmaptest.Options{})
+	for i, wc := range pollN(t, a.cq, 4) {
+		expectWC(t, wc, uint64(i), rdmap.WCSend, rdmap.WCSuccess)
+	}
+	for i, wc := range pollN(t, b.cq, 4) {
+		expectWC(t, wc, uint64(100+i), rdmap.WCRecv, rdmap.WCSuccess)
+		if got := dst.Bytes()[i*64]; wc.ByteLen != 8 || got != byte(10+i) {
+			t.Fatalf("receive %d: %d bytes starting %d, want 8 starting %d", i, wc.ByteLen, got, 10+i)
+		}
+	}
+	if n := a.cq.Len(); n != 0 {
+		t.Fatalf("%d completions more than the 4 Sends posted", n)
+	}
+	// The 4 receives left (ids 104..107) flush exactly once when the QP
+	// ends; nothing of the refused ones (108, 109, 99) exists.
+	a.qp.Close()
+	rdmaptest.WaitDone(t, b.qp, 20*time.Second)
+	for i, wc := range pollN(t, b.cq, 4) {
+		expectWC(t, wc, uint64(104+i), rdmap.WCRecv, rdmap.WCWRFlushErr)
+	}
+	if n := b.cq.Len(); n != 0 {
+		t.Fatalf("%d completions more than the 8 receives posted", n)
+	}
+}
+
+// TestPostListsFlush: on a QP in ERROR, every request of a list longer
+// than the queues is posted and completes at once with WCWRFlushErr, as
+// the same number of PostSend and PostRecv calls would.
+func TestPostListsFlush(t *testing.T) {
+	a, b := pair(t, rdmap.QPConfig{MaxSendWR: 4, MaxRecvWR: 4}, &rdmaptest.Options{})
+	src := a.reg(t, make([]byte, 64), rdmap.AccessLocalWrite)
+	b.qp.Close()
+	a.qp.Disconnect(true)
+	rdmaptest.WaitDone(t, a.qp, 20*time.Second)
+	wrs := make([]rdmap.SendWR, 10)
+	rwrs := make([]rdmap.RecvWR, 10)
+	for i := range wrs {
+		wrs[i] = rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(0, 8)}}
+		rwrs[i] = rdmap.RecvWR{ID: uint64(100 + i), SGL: []rdmap.SGE{src.SGE(0, 64)}}
+	}
+	if n, err := a.qp.PostSends(wrs); n != len(wrs) || err != nil {
+		t.Fatalf("PostSends on a QP in ERROR = %d, %v; want %d, nil", n, err, len(wrs))
+	}
+	if n, err := a.qp.PostRecvs(rwrs); n != len(rwrs) || err != nil {
+		t.Fatalf("PostRecvs on a QP in ERROR = %d, %v; want %d, nil", n, err, len(rwrs))
+	}
+	for i, wc := range pollN(t, a.cq, 20) {
+		if i < 10 {
+			expectWC(t, wc, uint64(i), rdmap.WCSend, rdmap.WCWRFlushErr)
+		} else {
+			expectWC(t, wc, uint64(100+i-10), rdmap.WCRecv, rdmap.WCWRFlushErr)
+		}
+	}
+	if n := a.cq.Len(); n != 0 {
+		t.Fatalf("%d completions more than the 20 requests posted", n)
+	}
+}
+
+// TestSelectiveSignaling: a stream of Sends of which only every k-th is
+// signaled, on a SQ only a few lists deep, posted as a verbs user does:
+// a slot counts as in use until a signaled completion at or after it has
+// been reaped. The SQ never refuses a request, only the signaled ones
+// complete (in order, each retiring the unsignaled ones before it), and
+// the receiver gets every message, in order.
+func TestSelectiveSignaling(t *testing.T) {
+	const (
+		sqDepth = 16
+		k       = 4 // one signaled in k
+		n       = 4000
+		recvs   = 64
+	)
+	a, b := pair(t, rdmap.QPConfig{MaxSendWR: sqDepth, MaxRecvWR: recvs}, &rdmaptest.Options{})
+	src := a.reg(t, make([]byte, sqDepth*8), rdmap.AccessLocalWrite)
+	dst := b.reg(t, make([]byte, recvs*8), rdmap.AccessLocalWrite)
+	rwrs := make([]rdmap.RecvWR, recvs)
+	for i := range rwrs {
+		rwrs[i] = rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{dst.SGE(i*8, 8)}}
+	}
+	if m, err := b.qp.PostRecvs(rwrs); m != recvs || err != nil {
+		t.Fatalf("PostRecvs = %d, %v", m, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wrs := make([]rdmap.SendWR, k)
+	awcs, bwcs := make([]rdmap.WC, 64), make([]rdmap.WC, 64)
+	posted, retired, received := 0, 0, 0
+	for received < n {
+		// Post a list of k, the last signaled, when the SQ (by the verbs
+		// rule) and the receiver have room for it.
+		for posted < n && posted+k-retired <= sqDepth && posted+k-received <= recvs {
+			for j := range wrs {
+				seq := posted + j
+				binary.BigEndian.PutUint64(src.Bytes()[seq%sqDepth*8:], uint64(seq))
+				wrs[j] = rdmap.SendWR{ID: uint64(seq), Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(seq%sqDepth*8, 8)},
+					Signaled: j == k-1}
+			}
+			if m, err := a.qp.PostSends(wrs); m != k || err != nil {
+				t.Fatalf("PostSends at %d (%d retired) = %d, %v", posted, retired, m, err)
+			}
+			posted += k
+		}
+		ma := a.cq.Poll(awcs)
+		for _, wc := range awcs[:ma] {
+			if want := retired + k - 1; wc.ID != uint64(want) || wc.Op != rdmap.WCSend || wc.Status != rdmap.WCSuccess || wc.ByteLen != 8 {
+				t.Fatalf("send completion %+v, want the signaled Send %d", wc, want)
+			}
+			retired += k
+		}
+		m := b.cq.Poll(bwcs)
+		for i, wc := range bwcs[:m] {
+			if wc.Op != rdmap.WCRecv || wc.Status != rdmap.WCSuccess || wc.ByteLen != 8 || wc.ID != uint64(received%recvs) {
+				t.Fatalf("receive completion %+v, want receive %d of 8 bytes", wc, received%recvs)
+			}
+			if got := binary.BigEndian.Uint64(dst.Bytes()[wc.ID*8:]); got != uint64(received) {
+				t.Fatalf("message %d carries sequence %d", received, got)
+			}
+			rwrs[i] = rdmap.RecvWR{ID: wc.ID, SGL: []rdmap.SGE{dst.SGE(int(wc.ID)*8, 8)}}
+			received++
+		}
+		if r, err := b.qp.PostRecvs(rwrs[:m]); r != m || err != nil {
+			t.Fatalf("reposting %d receives = %d, %v", m, r, err)
+		}
+		if m == 0 && ma == 0 {
+			// What comes next: a receive while Sends are on their way,
+			// else (all received, the SQ full by the verbs rule) the
+			// completion of a signaled one, which may come after the
+			// peer's receive.
+			cq := b.cq
+			if received == posted {
+				cq = a.cq
+			}
+			if err := cq.Wait(ctx); err != nil {
+				t.Fatalf("waiting at %d posted, %d retired, %d received: %v", posted, retired, received, err)
+			}
+		}
+	}
+	for retired < n {
+		wc := poll(t, a.cq)
+		expectWC(t, wc, uint64(retired+k-1), rdmap.WCSend, rdmap.WCSuccess)
+		retired += k
+	}
+	if m := a.cq.Len() + b.cq.Len(); m != 0 {
+		t.Fatalf("%d completions more than the signaled Sends and the receives", m)
+	}
+}
+
+// TestUnsignaledErrorCompletes: an unsignaled request that fails still
+// completes, with its error.
+func TestUnsignaledErrorCompletes(t *testing.T) {
+	a, b := pair(t, rdmap.QPConfig{}, &rdmaptest.Options{})
+	src := a.reg(t, make([]byte, 64), rdmap.AccessLocalWrite)
+	dst := b.reg(t, make([]byte, 64), rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+	wrs := []rdmap.SendWR{
+		{ID: 1, Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(0, 64)}, Remote: rdmap.Remote{STag: dst.STag()}},
+		// Past the end of src: a local protection error when executed.
+		{ID: 2, Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(32, 64)}, Remote: rdmap.Remote{STag: dst.STag()}},
+	}
+	if m, err := a.qp.PostSends(wrs); m != 2 || err != nil {
+		t.Fatalf("PostSends = %d, %v", m, err)
+	}
+	expectWC(t, poll(t, a.cq), 2, rdmap.WCWrite, rdmap.WCLocProtErr)
+	rdmaptest.WaitDone(t, a.qp, 20*time.Second)
+	if m := a.cq.Len(); m != 0 {
+		t.Fatalf("%d more completions; the successful unsignaled Write has none", m)
+	}
+}
+
+// TestPostListsZeroAllocs: posting a list of Writes and Sends (one
+// signaled) and a list of receives, and reaping the completions,
+// allocates nothing.
+func TestPostListsZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	a, b := pair(t, rdmap.QPConfig{}, &rdmaptest.Options{})
+	src := a.reg(t, make([]byte, 4096), rdmap.AccessLocalWrite)
+	dst := b.reg(t, make([]byte, 4096), rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+	const k = 16
+	wrs := make([]rdmap.SendWR, k)
+	rwrs := make([]rdmap.RecvWR, k)
+	for i := range wrs {
+		wrs[i] = rdmap.SendWR{ID: uint64(i), Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(i*64, 64)}, Remote: rdmap.Remote{STag: dst.STag(), Offset: uint64(i * 64)}}
+		if i%2 == 1 {
+			wrs[i].Op = rdmap.WRSend
+		}
+		rwrs[i] = rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{dst.SGE(i*64, 64)}}
+	}
+	wrs[k-1].Signaled = true
+	wcs := make([]rdmap.WC, k)
+	f := func() {
+		if m, err := b.qp.PostRecvs(rwrs[:k/2]); m != k/2 || err != nil {
+			t.Fatalf("PostRecvs = %d, %v", m, err)
+		}
+		if m, err := a.qp.PostSends(wrs); m != k || err != nil {
+			t.Fatalf("PostSends = %d, %v", m, err)
+		}
+		waitOne(t, a.cq, wcs)
+		for range k / 2 {
+			waitOne(t, b.cq, wcs)
+		}
+	}
+	// Warm up until every ring slot has been used once (the rings
+	// allocate their slots lazily): the send CQ takes one completion a
+	// list and holds 1024.
+	for range 1100 {
+		f()
+	}
+	if n := testing.AllocsPerRun(200, f); n != 0 {
+		t.Errorf("%v allocations per list", n)
+	}
+}
+
+// TestSRQPostRecvs: the SRQ's list post has PostRecvs' contract, and a
+// QP on the SRQ takes the receives in list order.
+func TestSRQPostRecvs(t *testing.T) {
+	dev := newDevice(t)
+	pd := dev.AllocPD()
+	srq, err := pd.CreateSRQ(&rdmap.SRQConfig{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, _ := dev.CreateCQ(64)
+	buf, _ := pd.RegisterMemory(make([]byte, 8*16), rdmap.AccessLocalWrite)
+	defer buf.Deregister()
+	recv := func(i int) rdmap.RecvWR {
+		return rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{buf.SGE(16*i, 16)}}
+	}
+	twoSGEs := rdmap.RecvWR{ID: 99, SGL: []rdmap.SGE{buf.SGE(0, 8), buf.SGE(8, 8)}}
+	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(0), twoSGEs, recv(1)}); n != 1 || !errors.Is(err, rdmap.ErrTooManySGE) {
+		t.Fatalf("SRQ PostRecvs with wrs[1] malformed = %d, %v; want 1, ErrTooManySGE", n, err)
+	}
+	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(1), recv(2), recv(3), recv(4)}); n != 3 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("SRQ PostRecvs of 4 into room for 3 = %d, %v; want 3, ErrQueueFull", n, err)
+	}
+	if n := srq.Len(); n != 4 {
+		t.Fatalf("SRQ holds %d receives, want 4", n)
+	}
+	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, SRQ: srq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := qp.PostRecvs([]rdmap.RecvWR{recv(5)}); n != 0 || !errors.Is(err, rdmap.ErrInvalidWR) {
+		t.Fatalf("PostRecvs on a QP with an SRQ = %d, %v; want 0, ErrInvalidWR", n, err)
+	}
+	s := newSide(t, newDevice(t), rdmap.QPConfig{})
+	rdmaptest.Connect(t, s.qp, qp, nil)
+	msg := s.reg(t, []byte("srq"), 0)
+	for range 4 {
+		mustPost(t, s.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{msg.SGE(0, 3)}}))
+	}
+	for i, wc := range pollN(t, cq, 4) {
+		expectWC(t, wc, uint64(i), rdmap.WCRecv, rdmap.WCSuccess)
+	}
+	qp.Close()
+	if err := srq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(0)}); n != 0 || !errors.Is(err, rdmap.ErrClosed) {
+		t.Fatalf("PostRecvs on a closed SRQ = %d, %v; want 0, ErrClosed", n, err)
+	}
+}
