@@ -84,6 +84,7 @@ func (qp *QP) txDirectRun() bool {
 		// A memory fault: the QP is failing; nothing of the batch is
 		// written.
 		t.w.Reset()
+		t.ownJobRefs()
 		t.dropReleases()
 		return true
 	}
@@ -110,6 +111,7 @@ func (qp *QP) txDirectRun() bool {
 		return true
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
+	t.ownJobRefs() // before the batch's references drop, as in txBatch
 	t.dropReleases()
 	qp.txWritten()
 	return qp.txDirectMore()
