@@ -21,6 +21,10 @@ func directVictim(t *testing.T, crc bool) (*side, *rdmaptest.RawPeer, *rdmap.MR,
 	v := newSide(t, newDevice(t), rdmap.QPConfig{})
 	p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{CRC: crc}, false)
 	p.Write(0x100, 0, nil, true)
+	// Once the QP has received it, its send engine has passed its gate
+	// (a direct send never runs before): WaitTxParked then waits for the
+	// gated engine to park.
+	waitFor(t, "the first FPDU received", func() bool { return v.qp.Stats().RxFPDUs >= 1 })
 	buf := randBytes(rand.New(rand.NewPCG(7, 8)), 64<<10)
 	return v, p, v.reg(t, buf, rdmap.AccessLocalWrite), buf
 }
