@@ -2,6 +2,8 @@
 
 package sys
 
+import "golang.org/x/sys/unix"
+
 // Readv reads from the socket fd into iov and returns the bytes read, or
 // the bare syscall.Errno (EINTR and EAGAIN included, for the caller to
 // retry or to let the poller wait). golang.org/x/sys has no readv(2) for
@@ -17,3 +19,16 @@ const WritevMaxIOV = 8
 // has no writev(2) for this system: it writes the first non-empty buffer
 // only (a short write, which every caller handles).
 func Writev(fd uintptr, iov [][]byte) (int, error) { return writeFirst(fd, iov) }
+
+// writeFirst is Writev for the systems whose golang.org/x/sys has no
+// writev(2): one write(2) of the first non-empty buffer of iov, a short
+// writev as far as the caller can tell. It returns 0 and no error when
+// every buffer is empty.
+func writeFirst(fd uintptr, iov [][]byte) (int, error) {
+	for _, b := range iov {
+		if len(b) > 0 {
+			return unix.Write(int(fd), b)
+		}
+	}
+	return 0, nil
+}

@@ -25,16 +25,3 @@ func readFirst(fd uintptr, iov [][]byte) (int, error) {
 	}
 	return 0, nil
 }
-
-// writeFirst is Writev for the systems whose golang.org/x/sys has no
-// writev(2): one write(2) of the first non-empty buffer of iov, a short
-// writev as far as the caller can tell. It returns 0 and no error when
-// every buffer is empty.
-func writeFirst(fd uintptr, iov [][]byte) (int, error) {
-	for _, b := range iov {
-		if len(b) > 0 {
-			return unix.Write(int(fd), b)
-		}
-	}
-	return 0, nil
-}
