@@ -193,11 +193,9 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.stallTimeout = qp.cfg.RxStallTimeout
 	rx.place.rx = rx
 	rx.runFn, rx.drivenFn, rx.idleFn = rx.run, rx.runDriven, qp.rxIdle
-	if sc, ok := conn.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			rx.rawConn = rc
-			rx.readvFn = rx.readvFD
-		}
+	if rc := rawConnOf(conn); rc != nil {
+		rx.rawConn = rc
+		rx.readvFn = rx.readvFD
 	}
 	// With markers (or QPConfig.BufferedRx) whole FPDUs are read and
 	// checked before their payload is placed; headers still come first.
@@ -324,11 +322,22 @@ func (rx *rxEngine) drain() error {
 	}
 }
 
-// run is the receive loop: one FPDU at a time, until reading stops.
-func (rx *rxEngine) run() error {
+// run is the receive goroutine's loop: one FPDU at a time, until reading
+// stops (or, PollRx, the engine is to yield: rxpoll.go).
+func (rx *rxEngine) run() error { return rx.loop(false) }
+
+// runDriven is the receive loop of a driver (rxDrive): FPDUs until the
+// engine is to yield, the QP breaks (errHandoff: the receive goroutine
+// drains), or reading stops.
+func (rx *rxEngine) runDriven() error { return rx.loop(true) }
+
+func (rx *rxEngine) loop(driven bool) error {
 	qp := rx.qp
 	for {
 		if qp.broken.Load() {
+			if driven {
+				return errHandoff
+			}
 			return rx.drain()
 		}
 		if rx.yield.Load() {
@@ -338,6 +347,9 @@ func (rx *rxEngine) run() error {
 		rx.dropRefs()
 		if err != nil {
 			return err
+		}
+		if driven {
+			qp.stats.rxDriven.Add(1)
 		}
 		if ti != nil {
 			rx.failWith(ti)

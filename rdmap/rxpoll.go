@@ -162,29 +162,6 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	return true
 }
 
-// runDriven is the receive loop of a driver (rxDrive): FPDUs until the
-// engine is to yield, the QP breaks, or reading stops.
-func (rx *rxEngine) runDriven() error {
-	qp := rx.qp
-	for {
-		if qp.broken.Load() {
-			return errHandoff
-		}
-		if rx.yield.Load() {
-			return errYield
-		}
-		ti, err := rx.fpdu()
-		rx.dropRefs()
-		if err != nil {
-			return err
-		}
-		qp.stats.rxDriven.Add(1)
-		if ti != nil {
-			rx.failWith(ti)
-		}
-	}
-}
-
 // rxYielded ends a receive goroutine that gave the engine back: a waiter
 // asked for it (and is woken to take it), or the QP is to be read by the
 // idle timer's goroutine later.

@@ -120,22 +120,29 @@ func drivenPair(t *testing.T) (*side, *side, *rdmap.MR, *rdmap.MR) {
 	rdmaptest.Connect(t, a.qp, b.qp, nil)
 	abuf, bbuf := a.reg(t, make([]byte, 1<<20), accAll), b.reg(t, make([]byte, 1<<20), accAll)
 	// The initiator speaks first (b, the responder, sends nothing before).
-	// The initiator speaks first (b, the responder, sends nothing before).
 	mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: 6, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
 	mustPost(t, a.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
 	expectWC(t, poll(t, b.cq), 6, rdmap.WCRecv, rdmap.WCSuccess)
 	// A Wait with nothing to come takes a's engine from its receive
 	// goroutine; canceled, it leaves the engine free.
+	cancelDrivenWait(t, a)
+	rdmap.WaitRxFree(a.qp)
+	return a, b, abuf, bbuf
+}
+
+// cancelDrivenWait runs a Wait on s's CQ until it drives s's QP, cancels
+// its context (no deadline involved) and checks that it returns
+// context.Canceled.
+func cancelDrivenWait(t *testing.T, s *side) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- a.cq.Wait(ctx) }()
-	rdmap.WaitRxDriven(a.qp)
+	go func() { errc <- s.cq.Wait(ctx) }()
+	rdmap.WaitRxDriven(s.qp)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
 	}
-	rdmap.WaitRxFree(a.qp)
-	return a, b, abuf, bbuf
 }
 
 // TestPollRxCancel: a Wait that runs its QP's receive engine returns
@@ -143,14 +150,7 @@ func drivenPair(t *testing.T) (*side, *side, *rdmap.MR, *rdmap.MR) {
 // engine then delivers the next message to the next Wait.
 func TestPollRxCancel(t *testing.T) {
 	a, b, abuf, bbuf := drivenPair(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.cq.Wait(ctx) }()
-	rdmap.WaitRxDriven(a.qp)
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait = %v, want context.Canceled", err)
-	}
+	cancelDrivenWait(t, a)
 	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 9, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
 	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
 	expectWC(t, poll(t, a.cq), 9, rdmap.WCRecv, rdmap.WCSuccess)

@@ -33,15 +33,26 @@ func abortConn(c net.Conn) {
 	_ = c.Close()
 }
 
-// sockError returns the socket's pending error (SO_ERROR; reading it
-// clears it), or nil for a connection without one.
-func sockError(c net.Conn) error {
+// rawConnOf returns the connection's RawConn, or nil when it has none
+// (net.Pipe, for instance: then every send goes through the send
+// goroutine, and placements read through the connection).
+func rawConnOf(c any) syscall.RawConn {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// sockError returns the socket's pending error (SO_ERROR; reading it
+// clears it), or nil for a connection without one.
+func sockError(c net.Conn) error {
+	rc := rawConnOf(c)
+	if rc == nil {
 		return nil
 	}
 	var serr int

@@ -200,18 +200,3 @@ func (t *txEngine) directWrite(fd uintptr) bool {
 	}
 	return true
 }
-
-// rawConnOf returns the connection's RawConn, or nil when it has none
-// (net.Pipe, for instance: then every send goes through the send
-// goroutine).
-func rawConnOf(c any) syscall.RawConn {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
-}
