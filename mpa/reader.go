@@ -367,6 +367,20 @@ func (rd *Reader) Next() (int, error) {
 	if rd.in {
 		return rd.ulen, nil
 	}
+	if !rd.cfg.Markers && rd.w-rd.r >= LengthFieldLen {
+		// The length field is buffered (an FPDU of a stream read in
+		// large chunks): no fill, no marker walk.
+		n := int(binary.BigEndian.Uint16(rd.buf[rd.r:]))
+		if n > rd.cfg.MaxULPDU {
+			return 0, ErrULPDUTooLong
+		}
+		rd.in, rd.ulen, rd.done, rd.hn = true, n, 0, 0
+		rd.start, rd.end, rd.markers, rd.fstart = rd.pos, rd.pos+uint64(FPDULen(n)), 0, rd.r
+		rd.crc, rd.crcAt, rd.checked, rd.crcOK, rd.wireCRC = 0, rd.r, false, false, 0
+		rd.r += LengthFieldLen
+		rd.pos += LengthFieldLen
+		return n, nil
+	}
 	lw := rd.rawFor(LengthFieldLen)
 	if err := rd.fill(lw); err != nil {
 		return 0, err
@@ -402,6 +416,14 @@ func (rd *Reader) Next() (int, error) {
 func (rd *Reader) Header(n int) ([]byte, error) {
 	if n > MaxHeader || n > rd.ulen || !rd.in {
 		return nil, errPastULPDU
+	}
+	if k := n - rd.hn; k > 0 && !rd.cfg.Markers && rd.w-rd.r >= k {
+		// Buffered and marker-free: one copy.
+		copy(rd.hdr[rd.hn:n], rd.buf[rd.r:rd.r+k])
+		rd.r += k
+		rd.pos += uint64(k)
+		rd.hn, rd.done = n, rd.done+k
+		return rd.hdr[:n], nil
 	}
 	for rd.hn < n {
 		if err := rd.fill(rd.rawFor(n - rd.hn)); err != nil {
