@@ -248,7 +248,14 @@ func (rd *Reader) WireLen() (n, markers int) { return int(rd.end - rd.start), rd
 
 // fill makes at least n stream bytes available in buf[r:]. It reports
 // io.EOF only when the stream ended with nothing buffered.
-func (rd *Reader) fill(n int) error {
+func (rd *Reader) fill(n int) error { return rd.fillUpTo(n, n) }
+
+// fillUpTo is fill for a caller that needs n bytes now and up to upTo
+// (at least n) soon: while reads are limited (big), a read may bring up
+// to upTo bytes and the slack past them, not only n; a payload's tail
+// that arrives in pieces is thus read with one system call per piece
+// that came, not one per bigSlack bytes.
+func (rd *Reader) fillUpTo(n, upTo int) error {
 	empty := 0
 	for rd.w-rd.r < n {
 		if rd.cfg.Buffers != nil {
@@ -276,7 +283,7 @@ func (rd *Reader) fill(n int) error {
 		}
 		limit := len(rd.buf)
 		if rd.big {
-			limit = min(limit, rd.r+n+bigSlack)
+			limit = min(limit, rd.r+upTo+bigSlack)
 		}
 		var m int
 		var err error
@@ -496,8 +503,9 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 			return err
 		}
 		// Wait for more bytes, outside a placement; place them as they
-		// come.
-		if err := rd.fill(rd.rawFor(1)); err != nil {
+		// come (a read may bring the rest of the payload, and the
+		// trailer and next header after it).
+		if err := rd.fillUpTo(rd.rawFor(1), rd.rawFor(len(d))); err != nil {
 			return err
 		}
 	}
