@@ -393,6 +393,11 @@ func FuzzReader(f *testing.F) {
 	f.Add(hexBytes(f, siwSendFPDU+siwReadReqFPDU+siwReadRespFPDU), true, false, false, uint64(0), uint64(7))
 	// One payload long enough for the direct read.
 	f.Add(mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+100), false), false, false, false, uint64(0), uint64(1))
+	// A large FPDU (reads then limited to trailer and header) followed
+	// by a small one whose payload tail arrives in pieces.
+	tail := mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+200), false)
+	tail = mpa.AppendFPDU(tail, nil, make([]byte, 1550), false)
+	f.Add(tail, false, false, false, uint64(0), uint64(300))
 	// Lent buffers (seed bit 20), small and large FPDUs.
 	for _, crc := range []bool{false, true} {
 		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
