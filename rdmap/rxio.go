@@ -151,7 +151,11 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 		var n int
 		var err error
 		if rx.rawConn != nil {
+			// readvFD sets the result only when it made the call: a
+			// deadline that fires before (a fence's poke, the stall
+			// timer) must not return the last call's count again.
 			rx.iov[0], rx.iov[1] = dst, ahead
+			rx.iovN, rx.iovErr = 0, nil
 			err = rx.rawConn.Read(rx.readvFn)
 			rx.iov = [2][]byte{}
 			n = rx.iovN
