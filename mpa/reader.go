@@ -248,7 +248,14 @@ func (rd *Reader) WireLen() (n, markers int) { return int(rd.end - rd.start), rd
 
 // fill makes at least n stream bytes available in buf[r:]. It reports
 // io.EOF only when the stream ended with nothing buffered.
-func (rd *Reader) fill(n int) error {
+func (rd *Reader) fill(n int) error { return rd.fillUpTo(n, n) }
+
+// fillUpTo is fill for a caller that needs n bytes now and up to upTo
+// (at least n) soon: while reads are limited (big), a read may bring up
+// to upTo bytes and the slack past them, not only n; a payload's tail
+// that arrives in pieces is thus read with one system call per piece
+// that came, not one per bigSlack bytes.
+func (rd *Reader) fillUpTo(n, upTo int) error {
 	empty := 0
 	for rd.w-rd.r < n {
 		if rd.cfg.Buffers != nil {
@@ -276,7 +283,7 @@ func (rd *Reader) fill(n int) error {
 		}
 		limit := len(rd.buf)
 		if rd.big {
-			limit = min(limit, rd.r+n+bigSlack)
+			limit = min(limit, rd.r+upTo+bigSlack)
 		}
 		var m int
 		var err error
@@ -367,6 +374,20 @@ func (rd *Reader) Next() (int, error) {
 	if rd.in {
 		return rd.ulen, nil
 	}
+	if !rd.cfg.Markers && rd.w-rd.r >= LengthFieldLen {
+		// The length field is buffered (an FPDU of a stream read in
+		// large chunks): no fill, no marker walk.
+		n := int(binary.BigEndian.Uint16(rd.buf[rd.r:]))
+		if n > rd.cfg.MaxULPDU {
+			return 0, ErrULPDUTooLong
+		}
+		rd.in, rd.ulen, rd.done, rd.hn = true, n, 0, 0
+		rd.start, rd.end, rd.markers, rd.fstart = rd.pos, rd.pos+uint64(FPDULen(n)), 0, rd.r
+		rd.crc, rd.crcAt, rd.checked, rd.crcOK, rd.wireCRC = 0, rd.r, false, false, 0
+		rd.r += LengthFieldLen
+		rd.pos += LengthFieldLen
+		return n, nil
+	}
 	lw := rd.rawFor(LengthFieldLen)
 	if err := rd.fill(lw); err != nil {
 		return 0, err
@@ -402,6 +423,14 @@ func (rd *Reader) Next() (int, error) {
 func (rd *Reader) Header(n int) ([]byte, error) {
 	if n > MaxHeader || n > rd.ulen || !rd.in {
 		return nil, errPastULPDU
+	}
+	if k := n - rd.hn; k > 0 && !rd.cfg.Markers && rd.w-rd.r >= k {
+		// Buffered and marker-free: one copy.
+		copy(rd.hdr[rd.hn:n], rd.buf[rd.r:rd.r+k])
+		rd.r += k
+		rd.pos += uint64(k)
+		rd.hn, rd.done = n, rd.done+k
+		return rd.hdr[:n], nil
 	}
 	for rd.hn < n {
 		if err := rd.fill(rd.rawFor(n - rd.hn)); err != nil {
@@ -474,8 +503,9 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 			return err
 		}
 		// Wait for more bytes, outside a placement; place them as they
-		// come.
-		if err := rd.fill(rd.rawFor(1)); err != nil {
+		// come (a read may bring the rest of the payload, and the
+		// trailer and next header after it).
+		if err := rd.fillUpTo(rd.rawFor(1), rd.rawFor(len(d))); err != nil {
 			return err
 		}
 	}

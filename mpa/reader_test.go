@@ -393,6 +393,11 @@ func FuzzReader(f *testing.F) {
 	f.Add(hexBytes(f, siwSendFPDU+siwReadReqFPDU+siwReadRespFPDU), true, false, false, uint64(0), uint64(7))
 	// One payload long enough for the direct read.
 	f.Add(mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+100), false), false, false, false, uint64(0), uint64(1))
+	// A large FPDU (reads then limited to trailer and header) followed
+	// by a small one whose payload tail arrives in pieces.
+	tail := mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+200), false)
+	tail = mpa.AppendFPDU(tail, nil, make([]byte, 1550), false)
+	f.Add(tail, false, false, false, uint64(0), uint64(300))
 	// Lent buffers (seed bit 20), small and large FPDUs.
 	for _, crc := range []bool{false, true} {
 		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
@@ -581,5 +586,76 @@ func TestReaderLendsWhileMoving(t *testing.T) {
 			t.Fatalf("crc=%v: a burst of FPDUs read without a buffer", crc)
 		}
 		idle("burst")
+	}
+}
+
+// queueVecReader is a queueReader that also reads vectors (as a socket
+// does with readv: what has arrived, dst first), and counts the calls.
+type queueVecReader struct {
+	queueReader
+	reads, vecs int
+}
+
+func (q *queueVecReader) Read(p []byte) (int, error) {
+	q.reads++
+	return q.queueReader.Read(p)
+}
+
+func (q *queueVecReader) ReadVec(dst, ahead []byte) (int, error) {
+	q.vecs++
+	n, err := q.queueReader.Read(dst)
+	if err != nil || n < len(dst) || len(q.chunks) == 0 {
+		return n, err
+	}
+	m, _ := q.queueReader.Read(ahead)
+	return n + m, nil
+}
+
+// TestReaderTailReads: after a large FPDU (reads limited to trailer and
+// header), the tail of a payload that arrives later is read with one
+// call per piece that arrived, not one per few dozen bytes.
+func TestReaderTailReads(t *testing.T) {
+	large := bytes.Repeat([]byte{3}, 20000)
+	small := bytes.Repeat([]byte{4}, 1550)
+	stream := mpa.AppendFPDU(nil, large[:14], large[14:], false)
+	stream = mpa.AppendFPDU(stream, small[:14], small[14:], false)
+	cut := len(stream) - 1400 // the small FPDU's payload tail comes later
+	src := &queueVecReader{queueReader: queueReader{chunks: [][]byte{stream[:cut]}}}
+	rd := mpa.NewReader(src, nil, mpa.ReaderConfig{})
+	p := &countPlacer{t: t}
+	got := make([][]byte, 2)
+	for i, want := range [][]byte{large, small} {
+		n, err := rd.Next()
+		if err != nil || n != len(want) {
+			t.Fatalf("FPDU %d: Next = %d, %v", i, n, err)
+		}
+		h, err := rd.Header(14)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = append(make([]byte, 0, n), h...)[:n]
+		if i == 1 {
+			// Place what has arrived, then the tail arrives.
+			if err := rd.Place(got[i][14:], p); err != errBlock {
+				t.Fatalf("Place before the tail arrived: %v", err)
+			}
+			placed := p.copied - (len(large) - 14) // of this payload
+			src.chunks = append(src.chunks, stream[cut:])
+			src.reads, src.vecs = 0, 0
+			if err := rd.Place(got[i][14+placed:], p); err != nil {
+				t.Fatal(err)
+			}
+			if calls := src.reads + src.vecs; calls > 1 {
+				t.Errorf("the %d-byte tail took %d reads and %d readvs, want one call", len(stream)-cut, src.reads, src.vecs)
+			}
+		} else if err := rd.Place(got[i][14:], p); err != nil {
+			t.Fatal(err)
+		}
+		if err := rd.Trailer(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[i], want) {
+			t.Fatalf("FPDU %d differs", i)
+		}
 	}
 }

@@ -94,7 +94,10 @@ func (qp *QP) guardRx(run func() error) (err error) {
 			// The fault cut a placement short: leave it, or a fence
 			// waiting for this engine would wait forever.
 			if mr := qp.rx.placing.Load(); mr != nil {
-				qp.rx.leavePlace(mr)
+				if qp.rx.inPlace {
+					qp.rx.leavePlace(mr)
+				}
+				qp.rx.placing.Store(nil)
 			}
 			err = qp.memoryFault("receive", addr, re, true)
 		}

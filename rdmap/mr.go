@@ -318,9 +318,12 @@ func (mr *MR) fence() {
 // nothing) when the word changed since: invalidated, deregistered or
 // rekeyed. Every true must be paired with leavePlace.
 func (rx *rxEngine) enterPlace(mr *MR, want uint64) bool {
-	rx.placing.Store(mr)
+	if rx.placing.Load() != mr {
+		rx.placing.Store(mr)
+	}
 	mr.placers.Add(1)
 	if mr.st.Load() == want {
+		rx.inPlace = true
 		return true
 	}
 	rx.leavePlace(mr)
@@ -333,14 +336,15 @@ func (rx *rxEngine) enterPlace(mr *MR, want uint64) bool {
 func placeValid(mr *MR, want uint64) bool { return mr.st.Load() == want }
 
 // leavePlace ends a placement and wakes the fences waiting for it.
+// rx.placing stays (see rxEngine.placing).
 func (rx *rxEngine) leavePlace(mr *MR) {
+	rx.inPlace = false
 	if mr.placers.Add(-1) == 0 && mr.fenceWaiters.Load() > 0 {
 		d := mr.dev
 		d.fenceMu.Lock()
 		d.fenceCond.Broadcast()
 		d.fenceMu.Unlock()
 	}
-	rx.placing.Store(nil)
 }
 
 // Rekey gives an invalidated region a new 8-bit key and makes it valid

@@ -127,9 +127,19 @@ type rxEngine struct {
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
 	peerSpoke  bool        // the first FPDU (or part of one) arrived: rxFirst closed
-	// placing is the region a placement is writing into (nil between
-	// placements), for fences to find whom to poke (MR.fence).
+	// placing is the region the engine last placed into (nil before the
+	// first placement and after each message), for fences to find whom
+	// to poke (MR.fence): a poke of an engine not inside a placement only
+	// makes its read retry. It stays set between the placements of one
+	// message, so that entering one costs no atomic store. inPlace says
+	// whether the engine is inside a placement now (receive goroutine
+	// only: guardRx leaves it after a fault).
 	placing atomic.Pointer[MR]
+	inPlace bool
+	// counts are the receive counters not yet added to qp.stats: the
+	// engine publishes them before each read of the socket and when a
+	// message (or a control FPDU) is committed, not per FPDU.
+	counts rxCounts
 	// place is the placement in progress: the Placer the reader calls,
 	// and what readvFD checks before each system call.
 	place rxPlace
@@ -161,6 +171,28 @@ type rxEngine struct {
 	taggedOp wire.Opcode
 	writeMR  *MR       // a Write's target, referenced while the message lasts
 	readResp *orqEntry // a Read Response's Read (the ORQ head)
+}
+
+// rxCounts are receive counters kept by the receive goroutine between
+// two publications (rxEngine.publish).
+type rxCounts struct {
+	fpdus, bytes, direct, copied uint64
+}
+
+// publish adds the counters kept since the last call to the QP's stats.
+func (rx *rxEngine) publish() {
+	c, st := &rx.counts, &rx.qp.stats
+	if c.fpdus != 0 {
+		st.rxFPDUs.Add(c.fpdus)
+		st.rxBytes.Add(c.bytes)
+	}
+	if c.direct != 0 {
+		st.rxDirect.Add(c.direct)
+	}
+	if c.copied != 0 {
+		st.rxCopied.Add(c.copied)
+	}
+	*c = rxCounts{}
 }
 
 // rxFPDU is what the receive engine keeps of the FPDU it is receiving.
@@ -333,6 +365,7 @@ func (rx *rxEngine) runDriven() error { return rx.loop(true) }
 
 func (rx *rxEngine) loop(driven bool) error {
 	qp := rx.qp
+	defer rx.publish()
 	for {
 		if qp.broken.Load() {
 			if driven {
@@ -375,9 +408,9 @@ func (p *rxPlace) Enter(n int, direct bool) error {
 		return errCut
 	}
 	if direct {
-		rx.qp.stats.rxDirect.Add(uint64(n))
+		rx.counts.direct += uint64(n)
 	} else {
-		rx.qp.stats.rxCopied.Add(uint64(n))
+		rx.counts.copied += uint64(n)
 	}
 	return nil
 }
@@ -404,7 +437,10 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	if ulen < ddp.TaggedHeaderLen {
 		return rx.malformed(ulen)
 	}
-	h, err := rd.Header(1)
+	// Every DDP header is at least a tagged one long, and ulen is too:
+	// the first TaggedHeaderLen bytes belong to this header whatever its
+	// kind.
+	h, err := rd.Header(ddp.TaggedHeaderLen)
 	if err != nil {
 		return nil, err
 	}
@@ -412,8 +448,10 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	if ulen < hl {
 		return rx.malformed(ulen)
 	}
-	if h, err = rd.Header(hl); err != nil {
-		return nil, err
+	if hl > len(h) {
+		if h, err = rd.Header(hl); err != nil {
+			return nil, err
+		}
 	}
 	if ti := rx.begin(ulen, h); ti != nil {
 		if !rx.crc {
@@ -447,8 +485,8 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 		return rx.readerErr(err)
 	}
 	wl, _ := rd.WireLen()
-	rx.qp.stats.rxFPDUs.Add(1)
-	rx.qp.stats.rxBytes.Add(uint64(wl))
+	rx.counts.fpdus++
+	rx.counts.bytes += uint64(wl)
 	return rx.end(), nil
 }
 
@@ -846,6 +884,14 @@ func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 // found only now.
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
+	if rx.cur.last {
+		// A message ends (or a control message comes): what it did is
+		// counted before anyone can see it done.
+		rx.publish()
+		if rx.placing.Load() != nil {
+			rx.placing.Store(nil)
+		}
+	}
 	switch rx.cur.op {
 	case wire.OpWrite:
 		rx.tagged.Placed(rx.cur.last)

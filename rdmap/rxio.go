@@ -112,6 +112,7 @@ func (rx *rxEngine) setDeadline(dl time.Time) {
 // into registered memory), retrying reads the deadline interrupted for
 // nothing.
 func (rx *rxEngine) read(p []byte) (int, error) {
+	rx.publish()
 	rx.arm()
 	for {
 		n, err := rx.conn.Read(p)
@@ -152,14 +153,16 @@ func (c rxConn) Read(p []byte) (int, error) { return c.rx.read(p) }
 // dst alone), retrying reads the deadline interrupted for nothing.
 func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 	rx := c.rx
+	rx.publish()
 	rx.arm()
 	for {
 		var n int
 		var err error
 		if rx.rawConn != nil {
 			// RawConn.Read returns a deadline error without calling
-			// readvFD when the deadline has passed already (a poke):
-			// no result of an earlier call may stand for this one.
+			// readvFD when the deadline fires first (a fence's poke, a
+			// PollRx kick, the stall timer): the last call's count must
+			// not be returned again.
 			rx.iov[0], rx.iov[1] = dst, ahead
 			rx.iovN, rx.iovErr = 0, nil
 			err = rx.rawConn.Read(rx.readvFn)
