@@ -38,7 +38,11 @@ func SetPollRxIdle(d time.Duration) time.Duration {
 }
 
 // FireRxIdle makes qp's idle timer fire now (PollRx).
-func FireRxIdle(qp *QP) { qp.rx.idle.Reset(0) }
+func FireRxIdle(qp *QP) {
+	qp.rx.freeSince.Store(0)
+	qp.rx.idleArmed.Store(true)
+	qp.rx.idle.Reset(0)
+}
 
 // PokeRx sets qp's read deadline in the past, as a fence or a PollRx
 // kick does.

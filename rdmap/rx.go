@@ -117,12 +117,14 @@ type rxEngine struct {
 	// Who holds the engine (rxpoll.go: rxGoroutine unless PollRx), and
 	// the request to give it back; a PollRx QP's idle timer; run,
 	// runDriven and qp.rxIdle, bound once.
-	owner    atomic.Int32
-	yield    atomic.Bool
-	idle     *time.Timer
-	runFn    func() error
-	drivenFn func() error
-	idleFn   func()
+	owner     atomic.Int32
+	yield     atomic.Bool
+	idle      *time.Timer
+	idleArmed atomic.Bool  // idle is pending (rxIdle)
+	freeSince atomic.Int64 // when the engine was last released (Unix ns)
+	runFn     func() error
+	drivenFn  func() error
+	idleFn    func()
 
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself

@@ -97,9 +97,26 @@ func (qp *QP) rxStartPoll(conn net.Conn) {
 
 // rxIdle runs when a PollRx QP's engine has been free for pollRxIdle:
 // the receive goroutine (this timer goroutine) takes it back.
+//
+// The timer is armed only when none is pending (idleArmed), so a waiter
+// that releases the engine many times a millisecond costs no timer
+// update each time: a timer that finds the engine free for less than
+// pollRxIdle since its last release (freeSince) is armed again for the
+// rest.
 func (qp *QP) rxIdle() {
-	if qp.rx.owner.CompareAndSwap(rxFree, rxGoroutine) {
-		qp.rxLoop(qp.rx.conn)
+	rx := &qp.rx
+	rx.idleArmed.Store(false)
+	if rx.owner.Load() != rxFree {
+		return // its holder arms the timer when it releases the engine
+	}
+	if rest := pollRxIdle - time.Duration(time.Now().UnixNano()-rx.freeSince.Load()); rest > 0 {
+		if !rx.idleArmed.Swap(true) {
+			rx.idle.Reset(rest)
+		}
+		return
+	}
+	if rx.owner.CompareAndSwap(rxFree, rxGoroutine) {
+		qp.rxLoop(rx.conn)
 	}
 }
 
@@ -115,8 +132,11 @@ func (qp *QP) rxTakeBack() {
 func (qp *QP) rxRelease() {
 	rx := &qp.rx
 	rx.yield.Store(false)
+	rx.freeSince.Store(time.Now().UnixNano())
 	rx.owner.Store(rxFree)
-	rx.idle.Reset(pollRxIdle)
+	if !rx.idleArmed.Swap(true) {
+		rx.idle.Reset(pollRxIdle)
+	}
 }
 
 // rxDrive runs the QP's receive engine on the caller's goroutine, a
