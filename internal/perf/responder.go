@@ -479,15 +479,18 @@ func (r *responder) flushReposts() error {
 	}
 	n, err := r.qp.PostRecvs(r.reposts)
 	r.reposts = r.reposts[:0]
-	if err != nil {
-		return err
+	if err == nil && r.credits+n >= r.batch {
+		r.ctrl = strconv.AppendInt(append(r.ctrl[:0], "credit "...), int64(r.credits+n), 10)
+		r.credits = -n
+		err = r.sendCtrl()
 	}
-	if r.credits += n; r.credits >= r.batch {
-		r.ctrl = strconv.AppendInt(append(r.ctrl[:0], "credit "...), int64(r.credits), 10)
-		r.credits = 0
-		return r.sendCtrl()
+	r.credits += n
+	if errors.Is(err, rdmap.ErrQPState) {
+		// The client is disconnecting (its FIN came during this poll):
+		// the flushed completions that follow end the loop.
+		return nil
 	}
-	return nil
+	return err
 }
 
 // handle handles one completion; done says the connection is over.
