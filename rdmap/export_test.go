@@ -32,9 +32,7 @@ func WaitRxDriven(qp *QP) {
 // SetPollRxIdle sets how long a free PollRx engine waits for a waiter
 // before its receive goroutine takes it back, and returns the old value.
 func SetPollRxIdle(d time.Duration) time.Duration {
-	old := pollRxIdle
-	pollRxIdle = d
-	return old
+	return time.Duration(pollRxIdle.Swap(int64(d)))
 }
 
 // FireRxIdle makes qp's idle timer fire now (PollRx).

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,8 +53,11 @@ const (
 )
 
 // pollRxIdle is how long a PollRx QP's receive engine may stay free
-// before the receive goroutine takes it back (a variable for tests).
-var pollRxIdle = time.Millisecond
+// before the receive goroutine takes it back (nanoseconds; a variable
+// for tests, atomic because timer goroutines read it).
+var pollRxIdle atomic.Int64
+
+func init() { pollRxIdle.Store(int64(time.Millisecond)) }
 
 var (
 	// errYield stops a receive engine that is to give its state to
@@ -109,7 +113,7 @@ func (qp *QP) rxIdle() {
 	if rx.owner.Load() != rxFree {
 		return // its holder arms the timer when it releases the engine
 	}
-	if rest := pollRxIdle - time.Duration(time.Now().UnixNano()-rx.freeSince.Load()); rest > 0 {
+	if rest := time.Duration(pollRxIdle.Load() - (time.Now().UnixNano() - rx.freeSince.Load())); rest > 0 {
 		if !rx.idleArmed.Swap(true) {
 			rx.idle.Reset(rest)
 		}
@@ -135,7 +139,7 @@ func (qp *QP) rxRelease() {
 	rx.freeSince.Store(time.Now().UnixNano())
 	rx.owner.Store(rxFree)
 	if !rx.idleArmed.Swap(true) {
-		rx.idle.Reset(pollRxIdle)
+		rx.idle.Reset(time.Duration(pollRxIdle.Load()))
 	}
 }
 
