@@ -128,7 +128,12 @@ func (cq *CQ) Poll(wcs []WC) int {
 
 // Wait blocks until a completion is waiting or ctx is done. It returns
 // ErrCQOverflow if the CQ overran and is empty, ErrClosed if it is closed
-// and empty.
+// and empty. On the receive CQ of a QP with QPConfig.PollRx, a Wait that
+// finds nothing to poll runs that QP's receive engine on its own
+// goroutine until a completion is waiting or ctx is done (one waiter at a
+// time; the others wait as usual). The first registration of a context
+// that can be canceled allocates; later Waits with the same context do
+// not.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
