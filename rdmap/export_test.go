@@ -22,11 +22,18 @@ func WaitRxFree(qp *QP) {
 	}
 }
 
-// WaitRxDriven waits until a waiter runs qp's receive engine (PollRx).
-func WaitRxDriven(qp *QP) {
+// WaitRxDriven waits until a waiter runs qp's receive engine (PollRx),
+// for at most 20 s (a kick lost would leave the engine with the receive
+// goroutine until its 60 s stall deadline), and reports whether it does.
+func WaitRxDriven(qp *QP) bool {
+	deadline := time.Now().Add(20 * time.Second)
 	for qp.rx.owner.Load() != rxDriver {
+		if time.Now().After(deadline) {
+			return false
+		}
 		runtime.Gosched()
 	}
+	return true
 }
 
 // SetPollRxIdle sets how long a free PollRx engine waits for a waiter

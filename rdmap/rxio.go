@@ -114,6 +114,11 @@ func (rx *rxEngine) setDeadline(dl time.Time) {
 func (rx *rxEngine) read(p []byte) (int, error) {
 	rx.publish()
 	rx.arm()
+	// A kick that came before arm set the first deadline had its poke
+	// replaced: look at the request before blocking (PollRx).
+	if rx.yieldNow() {
+		return 0, errYield
+	}
 	for {
 		n, err := rx.conn.Read(p)
 		if n > 0 {

@@ -30,7 +30,10 @@ func TestPollRxHandovers(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() { errc <- a.cq.Wait(ctx) }()
-		rdmap.WaitRxDriven(a.qp)
+		if !rdmap.WaitRxDriven(a.qp) {
+			cancel()
+			t.Fatalf("round %d: a Wait did not take the receive engine", i)
+		}
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("round %d: Wait = %v, want context.Canceled", i, err)

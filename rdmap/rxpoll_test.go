@@ -20,14 +20,20 @@ func pollIdleForever(t *testing.T) {
 }
 
 // TestPollRxPingPong: with PollRx on both ends, a ping-pong of Sends
-// delivers every message whole and in order, and once each side's first
-// Wait has taken its receive engine, every later FPDU is received on the
-// waiting goroutine (QPStats.RxDriven), none by the receive goroutine.
+// delivers every message whole and in order, and once a Wait has taken
+// each side's receive engine from its receive goroutine, every FPDU is
+// received on a waiting goroutine (QPStats.RxDriven), none by the receive
+// goroutine (it never takes the engine back here).
 func TestPollRxPingPong(t *testing.T) {
 	pollIdleForever(t)
 	for _, o := range []rdmaptest.Options{{}, {CRC: true}, {Pipe: true}} {
 		t.Run(optName(o), func(t *testing.T) {
 			a, b := pair(t, rdmap.QPConfig{PollRx: true}, &o)
+			for _, s := range []*side{a, b} {
+				cancelDrivenWait(t, s)
+				rdmap.WaitRxFree(s.qp)
+			}
+			before := [2]rdmap.QPStats{a.qp.Stats(), b.qp.Stats()}
 			r := rand.New(rand.NewPCG(3, 4))
 			const n, size = 200, 100
 			src, dst := randBytes(r, n*size), make([]byte, n*size)
@@ -73,14 +79,11 @@ func TestPollRxPingPong(t *testing.T) {
 			if !bytes.Equal(dst, src) || !bytes.Equal(echo, src) {
 				t.Fatal("ping-pong: data differs")
 			}
-			for _, s := range []*side{a, b} {
-				// The receive goroutine holds each engine until the side's
-				// first Wait kicks it: it may have received the first
-				// message and one more arriving with the kick; every FPDU
-				// after that is a waiter's (the engine stays free between
-				// Waits).
-				if st := s.qp.Stats(); st.RxDriven < n-2 {
-					t.Errorf("QP %d: %d of %d FPDUs received on the waiter (stats %+v)", s.qp.QPN(), st.RxDriven, st.RxFPDUs, st)
+			for i, s := range []*side{a, b} {
+				st := s.qp.Stats()
+				driven, got := st.RxDriven-before[i].RxDriven, st.RxFPDUs-before[i].RxFPDUs
+				if got != n || driven != got {
+					t.Errorf("side %d: %d of %d FPDUs received on the waiter, want all %d (stats %+v)", i, driven, got, n, st)
 				}
 			}
 		})
@@ -138,7 +141,10 @@ func cancelDrivenWait(t *testing.T, s *side) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- s.cq.Wait(ctx) }()
-	rdmap.WaitRxDriven(s.qp)
+	if !rdmap.WaitRxDriven(s.qp) {
+		cancel()
+		t.Fatal("a Wait did not take the receive engine from the receive goroutine (a lost kick?)")
+	}
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait = %v, want context.Canceled", err)
@@ -167,7 +173,9 @@ func TestPollRxOtherCompletion(t *testing.T) {
 		defer cancel()
 		errc <- a.cq.Wait(ctx)
 	}()
-	rdmap.WaitRxDriven(a.qp)
+	if !rdmap.WaitRxDriven(a.qp) {
+		t.Fatal("a Wait did not take the receive engine")
+	}
 	direct := a.qp.Stats().TxDirect
 	mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 5, Op: rdmap.WRWrite, SGL: []rdmap.SGE{abuf.SGE(0, 1<<20)},
 		Remote: rdmap.Remote{STag: bbuf.STag()}, Signaled: true}))
@@ -213,7 +221,9 @@ func TestPollRxClose(t *testing.T) {
 		wc, err := waitCompletion(a.cq)
 		rc <- res{wc, err}
 	}()
-	rdmap.WaitRxDriven(a.qp)
+	if !rdmap.WaitRxDriven(a.qp) {
+		t.Fatal("a Wait did not take the receive engine")
+	}
 	a.qp.Close()
 	rdmaptest.WaitDone(t, a.qp, 20*time.Second)
 	r := <-rc
