@@ -167,11 +167,16 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // push appends a completion. It reports false when the CQ has overrun
 // (the completion is kept behind the ring; the caller must fail the
 // CQ's QPs with overflowed).
-func (cq *CQ) push(wc *WC) bool {
+func (cq *CQ) push(wc *WC) bool { return cq.pushBy(wc, nil) }
+
+// pushBy is push by the receive engine of qp (nil: anyone else): if qp
+// is the PollRx QP this CQ's waiter is driving, the pusher is that
+// waiter, which is not in a read, so the wake-up needs no poke (wakeBy).
+func (cq *CQ) pushBy(wc *WC, qp *QP) bool {
 	cq.mu.Lock()
 	ok := cq.pushLocked(wc)
 	cq.mu.Unlock()
-	cq.wake()
+	cq.wakeBy(qp)
 	return ok
 }
 
@@ -221,9 +226,19 @@ func (cq *CQ) overran() bool { return cq.overflow.Load() }
 
 // wake wakes a goroutine in Wait: one waiting on notify, or one running
 // a PollRx QP's receive engine (kicked: rxpoll.go).
-func (cq *CQ) wake() {
+func (cq *CQ) wake() { cq.wakeBy(nil) }
+
+// wakeBy is wake from the goroutine that runs by's receive engine (nil:
+// another one). A driver woken by its own engine only needs the request
+// to yield, which it looks at after the FPDU (rxpoll.go); any other
+// driver is kicked.
+func (cq *CQ) wakeBy(by *QP) {
 	if qp := cq.driving.Load(); qp != nil {
-		qp.rx.kick()
+		if qp == by {
+			qp.rx.yield.Store(true)
+		} else {
+			qp.rx.kick()
+		}
 	}
 	cq.wakeWaiter()
 }

@@ -946,20 +946,8 @@ func (rx *rxEngine) end() *termInfo {
 // pushRecv queues a receive completion; an overflow fails the QPs of the
 // CQ.
 func (qp *QP) pushRecv(wc *WC) {
-	rcq := qp.rcq
-	rcq.mu.Lock()
-	ok := rcq.pushLocked(wc)
-	rcq.mu.Unlock()
-	if rcq.driving.Load() == qp {
-		// The driver of a PollRx QP runs this engine: it is not in a
-		// read, and looks at yield after the FPDU (rxpoll.go).
-		qp.rx.yield.Store(true)
-		rcq.wakeWaiter()
-	} else {
-		rcq.wake()
-	}
-	if !ok {
-		rcq.overflowed()
+	if !qp.rcq.pushBy(wc, qp) {
+		qp.rcq.overflowed()
 	}
 }
 

@@ -75,12 +75,9 @@ func (qp *QP) rtsNow() bool {
 // whether the send engine has more to do.
 func (qp *QP) txDirectRun() bool {
 	t := &qp.tx
-	built := false
-	t.dn = 0
-	if _, err := qp.guardTx(t.buildFn); err == nil {
-		built = t.dn == 1
-	}
-	if !built {
+	// guardTx reports progress only when it recovered from a fault:
+	// txDirectBuild itself reports none.
+	if faulted, _ := qp.guardTx(t.buildFn); faulted {
 		// A memory fault: the QP is failing; nothing of the batch is
 		// written.
 		t.w.Reset()
@@ -118,15 +115,14 @@ func (qp *QP) txDirectRun() bool {
 }
 
 // txDirectBuild is guardTx's function for a direct send (bound once, as
-// txEngine.buildFn): one job into an empty batch. It sets t.dn to 1 when
-// it ran to its end (a fault in registered memory unwinds it).
+// txEngine.buildFn): one job into an empty batch. It reports no
+// progress, so that guardTx's report of progress means a fault in
+// registered memory unwound it.
 func (qp *QP) txDirectBuild() (bool, error) {
-	t := &qp.tx
-	t.w.Reset()
+	qp.tx.w.Reset()
 	if qp.txPick() {
 		qp.txEmit()
 	}
-	t.dn = 1
 	return false, nil
 }
 
