@@ -150,17 +150,18 @@ func (qp *QP) rxRelease() {
 // it has been asked to give it back).
 func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	rx := &qp.rx
-	switch rx.owner.Load() {
-	case rxFree:
-		if !rx.owner.CompareAndSwap(rxFree, rxDriver) {
-			return false
+	for !rx.owner.CompareAndSwap(rxFree, rxDriver) {
+		switch rx.owner.Load() {
+		case rxFree:
+			continue // taken and given back since the swap failed
+		case rxGoroutine:
+			// Ask for it however it got there, also when the idle
+			// timer took it just before the swap: else this waiter
+			// would sleep with nobody asking for the engine.
+			if !qp.broken.Load() {
+				rx.kick()
+			}
 		}
-	case rxGoroutine:
-		if !qp.broken.Load() {
-			rx.kick()
-		}
-		return false
-	default:
 		return false
 	}
 	rx.yield.Store(false)
