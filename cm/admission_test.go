@@ -3,10 +3,15 @@ package cm
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
@@ -127,5 +132,59 @@ func TestAdmission(t *testing.T) {
 	case r := <-got:
 		t.Fatalf("unexpected OnRefused %q", r)
 	default:
+	}
+}
+
+// TestHandshakeDoneBeforeRequest checks when a handshake stops counting
+// against the listener's bounds (MaxHandshakes, MaxHandshakesPerSource):
+// before its ConnectRequest is queued, so a ULP that has seen the request
+// (and rejected it, say) and connects again from the same source finds the
+// slot free. Given back after the request instead, the next connection
+// could find the source still at its bound and be moved or closed.
+func TestHandshakeDoneBeforeRequest(t *testing.T) {
+	req, err := os.ReadFile(filepath.Join("testdata", "siw-mpa-request.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := rdmap.NewDevice(nil)
+	defer dev.Close()
+	cfg, err := (&Config{}).resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := make(chan *Event, 1)
+	id := NewID(dev, func(_ *ID, ev *Event) error {
+		delivered <- ev
+		return nil
+	})
+	defer id.Destroy()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // only for Destroy to close
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.mu.Lock()
+	id.state, id.backlog, id.ln, id.lnCancel = StateListen, 1, ln, func() {}
+	id.mu.Unlock()
+	local, peer := net.Pipe()
+	defer peer.Close()
+	go func() { _, _ = peer.Write(req) }()
+	calls, queuedAtDone := 0, -1
+	id.serveConn(context.Background(), local, &cfg, zap.NewNop(), cfg.RequestTimeout, func() {
+		calls++
+		queuedAtDone = len(id.queue) // serveConn holds id.mu
+	})
+	if calls != 1 {
+		t.Fatalf("done called %d times, want once", calls)
+	}
+	if queuedAtDone != 0 {
+		t.Errorf("done called with %d requests queued, want 0: it must come before the ConnectRequest", queuedAtDone)
+	}
+	ev := <-delivered
+	if ev.Type != EventConnectRequest {
+		t.Fatalf("event %v, want a ConnectRequest", ev.Type)
+	}
+	go func() { _, _ = io.Copy(io.Discard, peer) }()
+	if err := ev.child.Reject(nil); err != nil {
+		t.Fatal(err)
 	}
 }

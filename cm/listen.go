@@ -125,13 +125,12 @@ func (id *ID) acceptLoop(ctx context.Context, ln net.Listener, cfg *Config, lg *
 		id.lnWG.Add(1)
 		go func() {
 			defer id.lnWG.Done()
-			defer func() {
+			id.serveConn(ctx, c, cfg, lg, timeout, func() {
 				if counted {
 					sources.leave(src)
 				}
 				<-slot
-			}()
-			id.serveConn(ctx, c, cfg, lg, timeout)
+			})
 		}()
 	}
 }
@@ -224,8 +223,18 @@ func (s *sourceCount) leave(a netip.Addr) {
 }
 
 // serveConn runs the responder's half up to a valid Request (within
-// timeout), then makes the child ID and queues its ConnectRequest.
-func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.Logger, timeout time.Duration) {
+// timeout), then makes the child ID and queues its ConnectRequest. It
+// calls done, once, when the handshake stops counting against the
+// listener's bounds: before the ConnectRequest is queued (so a ULP that
+// has seen it finds the slot and the source's count given back), or
+// when serveConn returns without one.
+func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.Logger, timeout time.Duration, done func()) {
+	finished := false
+	defer func() {
+		if !finished {
+			done()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(lctx, timeout)
 	resp, err := mpa.ReadRequest(ctx, c, &cfg.MPA)
 	cancel()
@@ -279,6 +288,8 @@ func (id *ID) serveConn(lctx context.Context, c net.Conn, cfg *Config, lg *zap.L
 		Peer:        &peer,
 		child:       child,
 	}
+	finished = true
+	done()
 	id.enqueueLocked(ev)
 	id.mu.Unlock()
 	child.lg.Debug("connect request", zap.Uint8(keyRev, req.Rev), zap.Bool(keyEnhanced, req.Enhanced),

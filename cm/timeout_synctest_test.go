@@ -65,7 +65,7 @@ func TestRequestTimeoutFakeClock(t *testing.T) {
 				start := time.Now()
 				served := make(chan struct{})
 				go func() {
-					id.serveConn(context.Background(), local, &cfg, zap.NewNop(), cfg.RequestTimeout)
+					id.serveConn(context.Background(), local, &cfg, zap.NewNop(), cfg.RequestTimeout, func() {})
 					close(served)
 				}()
 				closed := make(chan time.Duration, 1)
