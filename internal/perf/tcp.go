@@ -199,7 +199,7 @@ func (s *tcpStream) measure(ctx context.Context, st *streamStats, stop *atomic.B
 		}
 	case OpRead:
 		if _, err := tcpReceive(s.br, s.buf, stop, st); err != nil {
-			if _, ok := err.(*DataError); ok {
+			if de := (*DataError)(nil); errors.As(err, &de) {
 				return err
 			}
 			return fmt.Errorf("perf: tcp read: %w", err)
@@ -467,12 +467,12 @@ func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo
 	case OpWrite, OpSend:
 		buf := make([]byte, p.Size)
 		bytes, err = tcpReceive(br, buf, nil, nil)
-		if _, bad := err.(*DataError); bad {
+		if de := (*DataError)(nil); errors.As(err, &de) {
 			// Say what was wrong once the client has finished sending
 			// (it does not read before), and what was read meanwhile.
 			if n, derr := io.Copy(io.Discard, br); derr == nil {
 				bytes += uint64(n)
-				fmt.Fprintf(c, "error %s\n", err.(*DataError).Msg)
+				fmt.Fprintf(c, "error %s\n", de.Msg)
 			}
 		} else if err == nil {
 			fmt.Fprintf(c, "ok bytes=%d\n", bytes)
