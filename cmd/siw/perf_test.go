@@ -157,9 +157,10 @@ func TestPerfJSON(t *testing.T) {
 			Intervals []any          `json:"intervals"`
 			End       map[string]any `json:"end"`
 		} `json:"tcp"`
-		Ratio   *float64 `json:"ratio"`
-		RatioOf string   `json:"ratio_of"`
-		Error   string   `json:"error"`
+		Ratio    *float64 `json:"ratio"`
+		RatioOf  string   `json:"ratio_of"`
+		RatioP50 *float64 `json:"ratio_p50"`
+		Error    string   `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -214,6 +215,9 @@ func TestPerfJSON(t *testing.T) {
 	}
 	if len(doc.TCP.Connected) != 1 || len(doc.TCP.Intervals) == 0 || doc.TCP.End == nil || doc.Ratio == nil || *doc.Ratio <= 0 || doc.RatioOf != "mean_us" || doc.Error != "" {
 		t.Errorf("tcp %+v ratio %v of %q error %q", doc.TCP, doc.Ratio, doc.RatioOf, doc.Error)
+	}
+	if doc.RatioP50 == nil || *doc.RatioP50 <= 0 {
+		t.Errorf("ratio_p50 %v", doc.RatioP50)
 	}
 }
 
@@ -496,5 +500,38 @@ func TestPerfServerBusySinkPort(t *testing.T) {
 	out, err := runPerfCmd(t, "-s", "--listen", "127.0.0.1:0", "--tcp-listen", busy.Addr().String())
 	if err == nil || !strings.Contains(err.Error(), "TCP sink (--tcp-listen)") {
 		t.Errorf("busy --tcp-listen: %v\n%s", err, out)
+	}
+}
+
+// TestPerfRatioLines: the ratio lines say what was compared: the
+// ping-pong's by the mean and by the median round trip, a small
+// message's by bitrate and by message rate.
+func TestPerfRatioLines(t *testing.T) {
+	lat := func(mean, p50 float64) *perf.Latency { return &perf.Latency{Samples: 10, MeanUS: mean, P50US: p50} }
+	var b strings.Builder
+	p := &perfPrinter{w: &b, op: perf.OpPingPong, size: 64}
+	g := &perf.Result{Sum: perf.Summary{Latency: lat(90, 80)}}
+	tcp := &perf.Result{Sum: perf.Summary{Latency: lat(45, 20)}}
+	if r := p.ratio(g, tcp); r == nil || *r != 2 {
+		t.Errorf("ratio %v, want 2", r)
+	}
+	if m := perfMedianRatio(g, tcp); m == nil || *m != 4 {
+		t.Errorf("median ratio %v, want 4", m)
+	}
+	if want := "\ngosiw/TCP round trip: 2.00 (mean 90.00 us vs 45.00 us); p50 4.00 (80.00 us vs 20.00 us)\n"; b.String() != want {
+		t.Errorf("printed %q, want %q", b.String(), want)
+	}
+
+	b.Reset()
+	p = &perfPrinter{w: &b, op: perf.OpWrite, size: 64}
+	g = &perf.Result{Sum: perf.Summary{Seconds: 1, Ops: 1e6, BitsPerSecond: 512e6}}
+	tcp = &perf.Result{Sum: perf.Summary{Seconds: 2, Ops: 8e6, BitsPerSecond: 2048e6}}
+	if r := p.ratio(g, tcp); r == nil || *r != 0.25 {
+		t.Errorf("ratio %v, want 0.25", r)
+	}
+	for _, want := range []string{"gosiw/TCP throughput: 0.25 ( 512 Mbits/sec vs 2.05 Gbits/sec)", "gosiw/TCP message rate: 0.25 (1.00 Mops/sec vs 4.00 Mops/sec)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in %q", want, b.String())
+		}
 	}
 }

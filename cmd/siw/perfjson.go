@@ -25,7 +25,10 @@ type perfJSON struct {
 	// "bits_per_second", or for pingpong "mean_us" (the round trip).
 	Ratio   *float64 `json:"ratio,omitempty"`
 	RatioOf string   `json:"ratio_of,omitempty"`
-	Error   string   `json:"error,omitempty"`
+	// RatioP50 is, for pingpong, gosiw's median round trip over TCP's
+	// (steadier than the means on a busy machine).
+	RatioP50 *float64 `json:"ratio_p50,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
 type perfJSONStart struct {

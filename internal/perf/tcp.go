@@ -3,6 +3,7 @@ package perf
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +29,8 @@ import (
 //
 //	write, send  the client writes Size-byte messages until the time is up,
 //	             then half-closes; the sink reads to EOF and answers
-//	             "ok bytes=N\n"
+//	             "ok bytes=N\n", or "error TEXT\n" when the messages were
+//	             not what was sent (sequence, a partial message)
 //	read         the sink writes Size-byte messages until the client
 //	             closes; the client reads whole messages
 //	pingpong     the client writes a message, the sink writes it back;
@@ -37,14 +39,30 @@ import (
 // Depth does not apply: TCP keeps its own window in flight.
 //
 // Each op runs the plain TCP a Go user would write for the same job, not
-// a copy of gosiw's structure: the sending side writes every message into
-// a bufio.Writer of tcpBufSize bytes (a message of that size or more goes
-// straight to the socket, so bulk transfers are one goroutine writing
-// large buffers, as iperf3 does; small messages are batched into one
-// write each time the buffer fills, and flushed when the sender has no
-// more to queue: at the end of the run), the receiving side reads through
-// a bufio.Reader of the same size; pingpong is the bare echo loop, one
-// goroutine on each side writing then reading.
+// a copy of gosiw's structure, and byte for byte the bare baselines that
+// make bench judges gosiw against (test/bench/bare.go), so that the two
+// tools' ratios mean the same thing:
+//
+//	batched  (write, send, read below tcpBufSize)  the sender stamps each
+//	         message with its sequence number (8 bytes, big-endian, in
+//	         messages of 8 bytes or more) and writes it into a
+//	         bufio.Writer of tcpBufSize bytes, which goes to the socket
+//	         each time it fills and is flushed when nothing more is
+//	         queued (the end of the run); the receiver reads the messages
+//	         one by one through a bufio.Reader of the same size and
+//	         checks each sequence number
+//	bulk     (tcpBufSize and more)  the sender writes each message
+//	         straight to the socket, one write per message, as iperf3
+//	         does; the receiver reads into a tcpBulkRead-byte buffer,
+//	         counting bytes
+//	echo     (pingpong)  the bare echo loop: the client writes a message
+//	         and reads the echo, the sink reads a message and writes it
+//	         back, straight on the socket, one write and one read per
+//	         message each
+//
+// Both ends set TCP_NODELAY (Go's default, made explicit). The sender
+// counts what it queued in batches of a buffer's worth of messages, not
+// per message, so that the counting costs the loop next to nothing.
 
 // RunTCP runs the raw TCP baseline against the sink at addr with the same
 // options as Run (Depth and CRC aside).
@@ -75,15 +93,29 @@ func CheckTCP(ctx context.Context, addr string, timeout time.Duration) error {
 	return c.Close()
 }
 
-// tcpBufSize is the size of the baseline's bufio.Writer and bufio.Reader
-// on both sides.
+// tcpBufSize is the size of the batched baseline's bufio.Writer and
+// bufio.Reader on both sides, and the message size from which the bulk
+// baseline takes over (make bench's bareBufSize and bareSmall).
 const tcpBufSize = 64 << 10
+
+// tcpBulkRead is the size of the bulk receiver's buffer.
+const tcpBulkRead = 1 << 20
+
+// tcpBatched says whether size-byte messages get the batched baseline.
+func tcpBatched(size int) bool { return size < tcpBufSize }
+
+// tcpConn is what the baseline needs of a connection: a net.Conn whose
+// write half can be closed (a *net.TCPConn; tests wrap one).
+type tcpConn interface {
+	net.Conn
+	CloseWrite() error
+}
 
 type tcpStream struct {
 	id  int
 	p   Params
-	c   *net.TCPConn
-	br  *bufio.Reader
+	c   tcpConn
+	br  *bufio.Reader // on c: the sink's answers, and batched reads
 	buf []byte
 }
 
@@ -93,7 +125,12 @@ func dialTCP(ctx context.Context, addr string, o *Options, id int) (stream, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &tcpStream{id: id, p: o.params(), c: nc.(*net.TCPConn), br: bufio.NewReaderSize(nc, tcpBufSize)}
+	tc := nc.(*net.TCPConn)
+	if err := tc.SetNoDelay(true); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s := &tcpStream{id: id, p: o.params(), c: tc, br: bufio.NewReaderSize(nc, tcpBufSize)}
 	s.p.Depth = 1
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
@@ -116,6 +153,12 @@ func dialTCP(ctx context.Context, addr string, o *Options, id int) (stream, erro
 			return nil, &TCPRejectError{Reason: reason}
 		}
 		return nil, fmt.Errorf("perf: unexpected answer from the TCP sink: %.60q", ans)
+	}
+	if s.p.Op != OpRead && s.br.Buffered() != 0 {
+		// The sink sends nothing more before the client has: a byte here
+		// would be read out of turn (the echo is read from the socket).
+		nc.Close()
+		return nil, errors.New("perf: the TCP sink sent data after its answer, before the test")
 	}
 	nc.SetDeadline(time.Time{})
 	s.buf = make([]byte, s.p.Size)
@@ -151,26 +194,15 @@ func (s *tcpStream) measure(ctx context.Context, st *streamStats, stop *atomic.B
 	size := uint64(s.p.Size)
 	switch s.p.Op {
 	case OpWrite, OpSend:
-		// Counted once queued: the final Flush puts the rest on the wire
-		// before finish compares the counts with the sink's.
-		bw := bufio.NewWriterSize(s.c, tcpBufSize)
-		for !stop.Load() {
-			if _, err := bw.Write(s.buf); err != nil {
-				return fmt.Errorf("perf: tcp write: %w", err)
-			}
-			st.ops.Add(1)
-			st.bytes.Add(size)
-		}
-		if err := bw.Flush(); err != nil {
+		if _, err := tcpSend(s.c, s.buf, stop, st); err != nil {
 			return fmt.Errorf("perf: tcp write: %w", err)
 		}
 	case OpRead:
-		for !stop.Load() {
-			if _, err := io.ReadFull(s.br, s.buf); err != nil {
-				return fmt.Errorf("perf: tcp read: %w", err)
+		if _, err := tcpReceive(s.br, s.buf, stop, st); err != nil {
+			if de := (*DataError)(nil); errors.As(err, &de) {
+				return err
 			}
-			st.ops.Add(1)
-			st.bytes.Add(size)
+			return fmt.Errorf("perf: tcp read: %w", err)
 		}
 	case OpPingPong:
 		echo := make([]byte, len(s.buf))
@@ -179,7 +211,7 @@ func (s *tcpStream) measure(ctx context.Context, st *streamStats, stop *atomic.B
 			if _, err := s.c.Write(s.buf); err != nil {
 				return fmt.Errorf("perf: tcp write: %w", err)
 			}
-			if _, err := io.ReadFull(s.br, echo); err != nil {
+			if _, err := io.ReadFull(s.c, echo); err != nil {
 				return fmt.Errorf("perf: tcp read: %w", err)
 			}
 			rtt := time.Since(t)
@@ -190,6 +222,126 @@ func (s *tcpStream) measure(ctx context.Context, st *streamStats, stop *atomic.B
 		}
 	}
 	return nil
+}
+
+// tcpPublishEvery is how many size-byte messages a baseline sender or
+// receiver handles between two updates of its stream's counters: a
+// buffer's worth (one for bulk messages).
+func tcpPublishEvery(size int) int { return max(1, tcpBufSize/size) }
+
+// tcpSend writes len(msg)-byte messages to c, the bare way for their size
+// (batched or bulk; see the baseline's description), until stop is set or
+// a write fails; stop nil: until a write fails. Batched messages are
+// stamped with their sequence numbers in msg itself. The counts go to st,
+// when not nil, as the messages are queued, a tcpPublishEvery batch at a
+// time and the rest at the end; the batched writer is flushed when stop
+// has been seen, before tcpSend returns. It returns how many messages it
+// queued (all of them written unless err is not nil).
+func tcpSend(c net.Conn, msg []byte, stop *atomic.Bool, st *streamStats) (n uint64, err error) {
+	size := len(msg)
+	every := uint64(tcpPublishEvery(size))
+	var published uint64
+	publish := func() {
+		if st != nil && n > published {
+			st.ops.Add(n - published)
+			st.bytes.Add((n - published) * uint64(size))
+			published = n
+		}
+	}
+	defer publish()
+	stopped := func() bool { return stop != nil && stop.Load() }
+	if !tcpBatched(size) {
+		for !stopped() {
+			if _, err := c.Write(msg); err != nil {
+				return n, err
+			}
+			n++
+			publish()
+		}
+		return n, nil
+	}
+	bw := bufio.NewWriterSize(c, tcpBufSize)
+	for !stopped() {
+		if size >= seqLen {
+			binary.BigEndian.PutUint64(msg, n)
+		}
+		if _, err := bw.Write(msg); err != nil {
+			return n, err
+		}
+		n++
+		if n-published >= every {
+			publish()
+		}
+	}
+	return n, bw.Flush()
+}
+
+// tcpReceive reads len(buf)-byte messages sent by tcpSend through br, a
+// bufio.Reader of tcpBufSize bytes on the connection, until stop is set
+// (nil: until EOF, which then ends it without an error) or a read fails.
+// Batched messages are read one by one into buf and their sequence
+// numbers checked (a wrong one is a *DataError; so is a partial message
+// at EOF); bulk ones are read into a tcpBulkRead-byte buffer, which
+// bufio.Reader fills straight from the socket once what it had buffered
+// has gone, and only counted. The counts go to st, when not nil, a
+// tcpPublishEvery batch at a time (whole messages: bulk bytes beyond the
+// last whole message wait for it). It returns how many bytes it read.
+func tcpReceive(br *bufio.Reader, buf []byte, stop *atomic.Bool, st *streamStats) (bytes uint64, err error) {
+	size := uint64(len(buf))
+	every := uint64(tcpPublishEvery(len(buf)))
+	var published uint64 // messages
+	publish := func(msgs uint64) {
+		if st != nil && msgs > published {
+			st.ops.Add(msgs - published)
+			st.bytes.Add((msgs - published) * size)
+			published = msgs
+		}
+	}
+	stopped := func() bool { return stop != nil && stop.Load() }
+	if !tcpBatched(len(buf)) {
+		rbuf := make([]byte, tcpBulkRead)
+		defer func() { publish(bytes / size) }()
+		for !stopped() {
+			k, err := br.Read(rbuf)
+			bytes += uint64(k)
+			publish(bytes / size)
+			if err == io.EOF && stop == nil {
+				if bytes%size != 0 {
+					return bytes, &DataError{Msg: fmt.Sprintf("%d bytes are not whole %d-byte messages", bytes, size)}
+				}
+				return bytes, nil
+			}
+			if err != nil {
+				return bytes, err
+			}
+		}
+		return bytes, nil
+	}
+	var seq uint64
+	defer func() { publish(seq) }()
+	for !stopped() {
+		k, err := io.ReadFull(br, buf)
+		bytes += uint64(k)
+		if err == io.EOF && stop == nil {
+			return bytes, nil
+		}
+		if err == io.ErrUnexpectedEOF && stop == nil {
+			return bytes, &DataError{Msg: fmt.Sprintf("%d bytes are not whole %d-byte messages", bytes, size)}
+		}
+		if err != nil {
+			return bytes, err
+		}
+		if size >= seqLen {
+			if got := binary.BigEndian.Uint64(buf); got != seq {
+				return bytes, &DataError{Msg: fmt.Sprintf("message %d carries sequence number %d", seq, got)}
+			}
+		}
+		seq++
+		if seq-published >= every {
+			publish(seq)
+		}
+	}
+	return bytes, nil
 }
 
 func (s *tcpStream) finish(ctx context.Context, st *streamStats) (*PeerCounts, error) {
@@ -206,6 +358,9 @@ func (s *tcpStream) finish(ctx context.Context, st *streamStats) (*PeerCounts, e
 		return nil, fmt.Errorf("perf: the TCP sink's counts: %w", err)
 	}
 	verb, rest := parseCtrl([]byte(ans))
+	if verb == "error" {
+		return nil, &DataError{Peer: true, Msg: "the TCP sink: " + rest}
+	}
 	if verb != "ok" {
 		return nil, fmt.Errorf("perf: unexpected answer from the TCP sink: %.60q", ans)
 	}
@@ -280,6 +435,14 @@ func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo
 		return info
 	}
 	p, err := ParseRequest([]byte(strings.TrimSuffix(string(line), "\n")))
+	if err == nil && br.Buffered() != 0 {
+		err = errors.New("data after the request, before the answer")
+	}
+	if err == nil {
+		if tc, ok := c.(interface{ SetNoDelay(bool) error }); ok {
+			err = tc.SetNoDelay(true)
+		}
+	}
 	if err != nil {
 		reason := RejectText(err)
 		info.Event, info.Reason = "refused", string(reason)
@@ -302,40 +465,30 @@ func serveTCPConn(c net.Conn, nextID func() int, onConn func(ConnInfo)) ConnInfo
 	var bytes, ops uint64
 	switch p.Op {
 	case OpWrite, OpSend:
-		buf := make([]byte, 1<<20)
-		for {
-			n, err := br.Read(buf)
-			bytes += uint64(n)
-			if err == io.EOF {
-				break
+		buf := make([]byte, p.Size)
+		bytes, err = tcpReceive(br, buf, nil, nil)
+		if de := (*DataError)(nil); errors.As(err, &de) {
+			// Say what was wrong once the client has finished sending
+			// (it does not read before), and what was read meanwhile.
+			if n, derr := io.Copy(io.Discard, br); derr == nil {
+				bytes += uint64(n)
+				fmt.Fprintf(c, "error %s\n", de.Msg)
 			}
-			if err != nil {
-				info.Err = err
-				break
-			}
-		}
-		ops = bytes / uint64(p.Size)
-		if info.Err == nil && bytes%uint64(p.Size) != 0 {
-			info.Err = fmt.Errorf("perf: tcp: %d bytes are not whole %d-byte messages", bytes, p.Size)
-		}
-		if info.Err == nil {
+		} else if err == nil {
 			fmt.Fprintf(c, "ok bytes=%d\n", bytes)
 		}
+		info.Err = err
+		ops = bytes / uint64(p.Size)
 	case OpRead:
 		buf := make([]byte, p.Size)
 		fillPattern(buf)
-		bw := bufio.NewWriterSize(c, tcpBufSize)
-		for {
-			if _, err := bw.Write(buf); err != nil {
-				break // the client hangs up when it is done
-			}
-			ops++
-			bytes += uint64(p.Size)
-		}
+		// Ends when the client hangs up, its way of saying it is done.
+		ops, _ = tcpSend(c, buf, nil, nil)
+		bytes = ops * uint64(p.Size)
 	case OpPingPong:
 		buf := make([]byte, p.Size)
 		for {
-			if _, err := io.ReadFull(br, buf); err != nil {
+			if _, err := io.ReadFull(c, buf); err != nil {
 				if err != io.EOF {
 					info.Err = err
 				}
