@@ -140,8 +140,14 @@ type rxEngine struct {
 	inPlace bool
 	// counts are the receive counters not yet added to qp.stats: the
 	// engine publishes them before each read of the socket and when a
-	// message (or a control FPDU) is committed, not per FPDU.
+	// message other than a Write (or a control FPDU) is committed,
+	// before its completion, not per FPDU.
 	counts rxCounts
+	// wakeRCQ: a receive completion was pushed into qp.rcq since the
+	// last wake-up of its waiters, which comes before the engine's next
+	// read and when it stops (settle): once per socket read, not per
+	// completion (pushRecv).
+	wakeRCQ bool
 	// place is the placement in progress: the Placer the reader calls,
 	// and what readvFD checks before each system call.
 	place rxPlace
@@ -171,14 +177,18 @@ type rxEngine struct {
 
 	// The tagged message in progress.
 	taggedOp wire.Opcode
-	writeMR  *MR       // a Write's target, referenced while the message lasts
+	writeMR  *MR // a Write's target, referenced while the message lasts
+	// The region the last Write message found and its valid STag word
+	// then (lookupWrite).
+	lastMR   *MR
+	lastWord uint64
 	readResp *orqEntry // a Read Response's Read (the ORQ head)
 }
 
 // rxCounts are receive counters kept by the receive goroutine between
 // two publications (rxEngine.publish).
 type rxCounts struct {
-	fpdus, bytes, direct, copied uint64
+	fpdus, bytes, direct, copied, driven uint64
 }
 
 // publish adds the counters kept since the last call to the QP's stats.
@@ -194,7 +204,26 @@ func (rx *rxEngine) publish() {
 	if c.copied != 0 {
 		st.rxCopied.Add(c.copied)
 	}
+	if c.driven != 0 {
+		st.rxDriven.Add(c.driven)
+	}
 	*c = rxCounts{}
+}
+
+// settle is what the engine does before each read of the socket and
+// when it stops: it publishes its counters, wakes the waiters of the
+// receive CQ it pushed completions into (pushRecv), and, between FPDUs,
+// forgets the region it last placed into (placing), so that fences on
+// it no longer poke this engine.
+func (rx *rxEngine) settle() {
+	rx.publish()
+	if rx.wakeRCQ {
+		rx.wakeRCQ = false
+		rx.qp.rcq.wakeBy(rx.qp)
+	}
+	if !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) && rx.placing.Load() != nil {
+		rx.placing.Store(nil)
+	}
 }
 
 // rxFPDU is what the receive engine keeps of the FPDU it is receiving.
@@ -250,7 +279,7 @@ func (rx *rxEngine) release() {
 		rx.writeMR.release()
 		rx.writeMR = nil
 	}
-	rx.readResp = nil
+	rx.readResp, rx.lastMR = nil, nil
 	if rx.rd != nil {
 		rx.rd.Release()
 		rx.rd = nil
@@ -367,7 +396,7 @@ func (rx *rxEngine) runDriven() error { return rx.loop(true) }
 
 func (rx *rxEngine) loop(driven bool) error {
 	qp := rx.qp
-	defer rx.publish()
+	defer rx.settle()
 	for {
 		if qp.broken.Load() {
 			if driven {
@@ -384,7 +413,7 @@ func (rx *rxEngine) loop(driven bool) error {
 			return err
 		}
 		if driven {
-			qp.stats.rxDriven.Add(1)
+			rx.counts.driven++
 		}
 		if ti != nil {
 			rx.failWith(ti)
@@ -758,7 +787,7 @@ func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	}
 	mr := rx.writeMR
 	if mr == nil {
-		mr = qp.dev.lookupMR(stag)
+		mr = rx.lookupWrite(stag)
 		if mr == nil || !mr.acquire() {
 			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.CodeInvalidSTag}
 		}
@@ -772,6 +801,30 @@ func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	rx.plan.dst[0], rx.plan.mr[0], rx.plan.word[0] = b, mr, st
 	rx.plan.n = 1
 	return nil
+}
+
+// lookupWrite finds the region a Write message names: the one the last
+// Write named (rx.lastMR) while its STag word is still the valid word
+// with this STag it was found with, else the device's table. The shortcut
+// gives what the table would: a region leaves the table (and its index
+// can name another) only after Deregister or Dealloc has invalidated it,
+// which changes its word, and a rekey or re-registration changes the
+// word too. The caller still checks and references what it gets, as
+// for a lookup. lastMR holds no reference; it keeps the region's struct
+// (and its mapping) reachable until a Write names another STag or the
+// QP is released.
+func (rx *rxEngine) lookupWrite(stag STag) *MR {
+	if mr := rx.lastMR; mr != nil && STag(uint32(rx.lastWord)) == stag && mr.st.Load() == rx.lastWord {
+		return mr
+	}
+	rx.lastMR = nil
+	mr := rx.qp.dev.lookupMR(stag)
+	if mr != nil {
+		if w := mr.st.Load(); w&mrValid != 0 && STag(uint32(w)) == stag {
+			rx.lastMR, rx.lastWord = mr, w
+		}
+	}
+	return mr
 }
 
 // beginReadResp validates a Read Response segment against the Read at
@@ -886,13 +939,11 @@ func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 // found only now.
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
-	if rx.cur.last {
+	if rx.cur.last && rx.cur.op != wire.OpWrite {
 		// A message ends (or a control message comes): what it did is
-		// counted before anyone can see it done.
+		// counted before anyone can see it done. A Write has no
+		// completion: its counts go with the next read's.
 		rx.publish()
-		if rx.placing.Load() != nil {
-			rx.placing.Store(nil)
-		}
 	}
 	switch rx.cur.op {
 	case wire.OpWrite:
@@ -943,10 +994,19 @@ func (rx *rxEngine) end() *termInfo {
 	return nil
 }
 
-// pushRecv queues a receive completion; an overflow fails the QPs of the
-// CQ.
+// pushRecv queues a receive completion (receive engine only); an
+// overflow fails the QPs of the CQ. The completion can be polled at
+// once; the wake-up of the CQ's waiters is deferred to the engine's next
+// read (settle), so that the completions of the FPDUs one read brought
+// cost one wake-up: a waiter that sleeps is woken before the engine
+// itself waits for the peer.
 func (qp *QP) pushRecv(wc *WC) {
-	if !qp.rcq.pushBy(wc, qp) {
+	cq := qp.rcq
+	cq.mu.Lock()
+	ok := cq.pushLocked(wc)
+	cq.mu.Unlock()
+	qp.rx.wakeRCQ = true
+	if !ok {
 		qp.rcq.overflowed()
 	}
 }
