@@ -171,9 +171,10 @@ func (cq *CQ) Wait(ctx context.Context) error {
 // The wake-up contract: a completion can be polled as soon as it is
 // pushed; a waiter asleep in Wait is woken by a wake-up that follows the
 // push (wake, or wakeBy from a receive engine), before the pusher itself
-// blocks on anything but a lock. The receive engine pushes its
-// completions with pushLocked and wakes once before its next read of the
-// socket (QP.pushRecv, rxEngine.settle), not once per completion.
+// blocks on anything but a lock. The receive engine gathers its receive
+// completions and pushes them with pushLocked and one wake-up per batch,
+// the last batch before its next read of the socket (QP.pushRecv,
+// rxEngine.flushRecvs), not one per completion.
 func (cq *CQ) push(wc *WC) bool {
 	cq.mu.Lock()
 	ok := cq.pushLocked(wc)

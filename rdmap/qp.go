@@ -650,6 +650,7 @@ func (qp *QP) flushAll() {
 	}
 	qp.sqMu.Unlock()
 
+	qp.rx.flushRecvs() // the receives completed before the one in progress
 	if qp.rx.untagged.Active() {
 		qp.rx.untagged.Abandon()
 		st := qp.rx.recvStatus

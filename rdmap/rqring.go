@@ -13,7 +13,14 @@ func newRQRing(maxWR int) rqRing { return rqRing{newRing[rqEntry](maxWR)} }
 func (r *rqRing) post(wr RecvWR) {
 	e := r.push()
 	e.id = wr.ID
-	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
+	// An element-wise copy: a receive has one or two SGEs, and copy of
+	// a slice of structs with pointers costs a runtime call
+	// (typedslicecopy) more than the SGEs themselves.
+	n := min(len(wr.SGL), len(e.sgl))
+	for i, s := range wr.SGL[:n] {
+		e.sgl[i] = s
+	}
+	e.nsge = uint8(n)
 }
 
 // take moves the oldest receive into e, dropping the ring's references to
@@ -27,13 +34,13 @@ func (r *rqRing) take(e *rqEntry) bool {
 	// e's SGEs past them, left from an earlier receive, drop their
 	// regions.
 	n := src.nsge
-	copy(e.sgl[:n], src.sgl[:n])
+	for i := range n {
+		e.sgl[i] = src.sgl[i]
+		src.sgl[i].MR = nil
+	}
 	for i := n; i < e.nsge; i++ {
 		e.sgl[i] = SGE{}
 	}
 	e.id, e.nsge = src.id, n
-	for i := range n {
-		src.sgl[i].MR = nil
-	}
 	return true
 }

@@ -143,11 +143,13 @@ type rxEngine struct {
 	// message other than a Write (or a control FPDU) is committed,
 	// before its completion, not per FPDU.
 	counts rxCounts
-	// wakeRCQ: a receive completion was pushed into qp.rcq since the
-	// last wake-up of its waiters, which comes before the engine's next
-	// read and when it stops (settle): once per socket read, not per
-	// completion (pushRecv).
-	wakeRCQ bool
+	// wcs[:nwcs] are receive completions not yet pushed into qp.rcq,
+	// oldest first (pushRecv): they go in under one lock of the CQ, with
+	// one wake-up, when rxBatch have gathered, before the engine's next
+	// read of the socket, before any other completion it generates, and
+	// when it stops (flushRecvs).
+	wcs  [rxBatch]WC
+	nwcs int
 	// place is the placement in progress: the Placer the reader calls,
 	// and what readvFD checks before each system call.
 	place rxPlace
@@ -211,16 +213,13 @@ func (rx *rxEngine) publish() {
 }
 
 // settle is what the engine does before each read of the socket and
-// when it stops: it publishes its counters, wakes the waiters of the
-// receive CQ it pushed completions into (pushRecv), and, between FPDUs,
-// forgets the region it last placed into (placing), so that fences on
-// it no longer poke this engine.
+// when it stops: it pushes the receive completions it gathered
+// (flushRecvs), publishes its counters and, between FPDUs, forgets the
+// region it last placed into (placing), so that fences on it no longer
+// poke this engine.
 func (rx *rxEngine) settle() {
+	rx.flushRecvs()
 	rx.publish()
-	if rx.wakeRCQ {
-		rx.wakeRCQ = false
-		rx.qp.rcq.wakeBy(rx.qp)
-	}
 	if !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) && rx.placing.Load() != nil {
 		rx.placing.Store(nil)
 	}
@@ -229,7 +228,7 @@ func (rx *rxEngine) settle() {
 // rxFPDU is what the receive engine keeps of the FPDU it is receiving.
 type rxFPDU struct {
 	hdr        [hdrCopy]byte // ULPDU_Length and the headers
-	hdrLen     int           // bytes of hdr in use
+	hdrLen     int           // bytes of hdr in use; the rest is zero
 	ulpduLen   int
 	ddpHdrLen  int
 	op         wire.Opcode
@@ -700,8 +699,13 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	hl := ddp.HeaderLen(h[0])
 	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen, rx.plan.n = ulen, hl, 0, 0
 	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(ulen))
+	// The bytes of hdr past hdrLen are zero: clear only what the last
+	// FPDU's headers used beyond this one's.
+	prev := rx.cur.hdrLen
 	rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
-	clear(rx.cur.hdr[rx.cur.hdrLen:])
+	if prev > rx.cur.hdrLen {
+		clear(rx.cur.hdr[rx.cur.hdrLen:prev])
+	}
 	dh, err := ddp.Parse(h)
 	if err != nil {
 		// RFC 5041 §7.2: invalid DDP version; siw sends no header back
@@ -939,11 +943,17 @@ func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 // found only now.
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
-	if rx.cur.last && rx.cur.op != wire.OpWrite {
-		// A message ends (or a control message comes): what it did is
-		// counted before anyone can see it done. A Write has no
-		// completion: its counts go with the next read's.
-		rx.publish()
+	if rx.cur.last {
+		switch rx.cur.op {
+		case wire.OpWrite:
+			// No completion: counted with the next read.
+		case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv, wire.OpImmData, wire.OpImmDataSE:
+			// Counted before its completion is pushed (flushRecvs).
+		default:
+			// A Read Response or a control message: what it did is
+			// counted before anyone can see it done.
+			rx.publish()
+		}
 	}
 	switch rx.cur.op {
 	case wire.OpWrite:
@@ -994,20 +1004,47 @@ func (rx *rxEngine) end() *termInfo {
 	return nil
 }
 
-// pushRecv queues a receive completion (receive engine only); an
-// overflow fails the QPs of the CQ. The completion can be polled at
-// once; the wake-up of the CQ's waiters is deferred to the engine's next
-// read (settle), so that the completions of the FPDUs one read brought
-// cost one wake-up: a waiter that sleeps is woken before the engine
-// itself waits for the peer.
+// rxBatch is how many receive completions the receive engine gathers
+// at most before it pushes them into the CQ.
+const rxBatch = 16
+
+// pushRecv queues a receive completion (receive engine only). The
+// completions of one socket read are gathered and pushed into the CQ
+// rxBatch at a time with one lock and one wake-up (flushRecvs), and the
+// rest before the engine reads again: a waiter asleep in CQ.Wait is
+// woken before the engine itself waits for the peer. A QP on an SRQ
+// pushes each at once: the CQ's overrun bound (CQ.overflowBoundLocked)
+// counts one receive completing per such QP.
 func (qp *QP) pushRecv(wc *WC) {
-	cq := qp.rcq
+	rx := &qp.rx
+	rx.wcs[rx.nwcs] = *wc
+	rx.nwcs++
+	if rx.nwcs == len(rx.wcs) || qp.srq != nil {
+		rx.flushRecvs()
+	}
+}
+
+// flushRecvs pushes the gathered receive completions into the receive CQ
+// in order, under one lock, and wakes its waiters (wakeBy: a PollRx
+// driver running this engine is asked to yield, and looks at that after
+// the FPDU and before it blocks in a read). The counters are published
+// first: what the FPDUs did is counted before anyone can poll their
+// completions. An overrun fails the QPs of the CQ.
+func (rx *rxEngine) flushRecvs() {
+	if rx.nwcs == 0 {
+		return
+	}
+	rx.publish()
+	cq, ok := rx.qp.rcq, true
 	cq.mu.Lock()
-	ok := cq.pushLocked(wc)
+	for i := range rx.nwcs {
+		ok = cq.pushLocked(&rx.wcs[i]) && ok
+	}
 	cq.mu.Unlock()
-	qp.rx.wakeRCQ = true
+	rx.nwcs = 0
+	cq.wakeBy(rx.qp)
 	if !ok {
-		qp.rcq.overflowed()
+		cq.overflowed()
 	}
 }
 
@@ -1209,8 +1246,11 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	return nil
 }
 
-// completeORQ completes the Read or atomic at the head of the ORQ.
+// completeORQ completes the Read or atomic at the head of the ORQ
+// (receive engine only), after the receive completions gathered before
+// it.
 func (qp *QP) completeORQ() {
+	qp.rx.flushRecvs()
 	qp.sqMu.Lock()
 	o := qp.orq.pop()
 	if !o.hidden {
