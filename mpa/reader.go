@@ -483,6 +483,19 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 			return err
 		}
 	}
+	if n := len(d); n > 0 && n <= rd.w-rd.r && !rd.cfg.Markers {
+		// All of it is buffered, without markers (a small FPDU read
+		// with others): one placement, one copy.
+		if err := p.Enter(n, false); err != nil {
+			return err
+		}
+		copy(d, rd.buf[rd.r:rd.r+n])
+		p.Leave()
+		rd.r += n
+		rd.pos += uint64(n)
+		rd.done += n
+		return nil
+	}
 	for len(d) > 0 {
 		if src := rd.take(len(d)); len(src) > 0 {
 			if err := p.Enter(len(src), false); err != nil {
