@@ -30,9 +30,15 @@ func (r *rqRing) take(e *rqEntry) bool {
 	if src == nil {
 		return false
 	}
-	// Only the live SGEs move (an entry is 16 of them, mostly unused);
-	// e's SGEs past them, left from an earlier receive, drop their
-	// regions.
+	takeEntry(e, src)
+	return true
+}
+
+// takeEntry moves the receive in src into e, dropping src's references to
+// its memory regions. Only the live SGEs move (an entry is 16 of them,
+// mostly unused); e's SGEs past them, left from an earlier receive, drop
+// their regions.
+func takeEntry(e, src *rqEntry) {
 	n := src.nsge
 	for i := range n {
 		e.sgl[i] = src.sgl[i]
@@ -42,5 +48,4 @@ func (r *rqRing) take(e *rqEntry) bool {
 		e.sgl[i] = SGE{}
 	}
 	e.id, e.nsge = src.id, n
-	return true
 }

@@ -167,6 +167,11 @@ type rxEngine struct {
 	untagged ddp.UntaggedSink
 	tagged   ddp.TaggedSink
 
+	// The QP's own RQ as the engine takes from it (QP.takeRecv): the
+	// entries below rqTaken are taken, those below rqPopped removed from
+	// the ring, those below rqAvail seen posted.
+	rqTaken, rqPopped, rqAvail uint64
+
 	// The receive (QN 0) the untagged message in progress fills.
 	recv       rqEntry
 	recvSGE    int    // the SGE the next byte goes to
@@ -1027,10 +1032,15 @@ func (qp *QP) pushRecv(wc *WC) {
 // flushRecvs pushes the gathered receive completions into the receive CQ
 // in order, under one lock, and wakes its waiters (wakeBy: a PollRx
 // driver running this engine is asked to yield, and looks at that after
-// the FPDU and before it blocks in a read). The counters are published
-// first: what the FPDUs did is counted before anyone can poll their
-// completions. An overrun fails the QPs of the CQ.
+// the FPDU and before it blocks in a read). First the receives taken
+// leave the RQ (rqPop: reposting after polling a completion finds room)
+// and the counters are published (what the FPDUs did is counted before
+// anyone can poll their completions). An overrun fails the QPs of the
+// CQ.
 func (rx *rxEngine) flushRecvs() {
+	if rx.rqPopped != rx.rqTaken {
+		rx.qp.rqPop() // their receives leave the RQ first
+	}
 	if rx.nwcs == 0 {
 		return
 	}

@@ -20,8 +20,11 @@ import (
 // in CQ.Wait is woken for every burst (the engine pushes them in batches
 // with one wake-up each, the last batch before it reads again: a batch
 // left behind, or a lost wake-up, leaves the waiter asleep until its
-// deadline; a burst is not a multiple of the batch). With PollRx the
-// waiter runs the engine itself and gives it back after a batch.
+// deadline; a burst is not a multiple of the batch). The RQ is as deep
+// as a burst and each receive polled is reposted at once: a receive
+// leaves the RQ before its completion can be polled (no ErrQueueFull).
+// With PollRx the waiter runs the engine itself and gives it back after
+// a batch.
 func TestRecvBurstWakes(t *testing.T) {
 	for _, pollRx := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pollrx=%v", pollRx), func(t *testing.T) {
@@ -30,10 +33,17 @@ func TestRecvBurstWakes(t *testing.T) {
 			}
 			const rounds, burst, size = 16, 40, 8
 			dev := newDevice(t)
-			s := newSide(t, dev, rdmap.QPConfig{MaxRecvWR: rounds * burst, PollRx: pollRx})
-			buf := s.reg(t, make([]byte, rounds*burst*size), rdmap.AccessLocalWrite)
-			for i := range rounds * burst {
-				mustPost(t, s.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{buf.SGE(i*size, size)}}))
+			s := newSide(t, dev, rdmap.QPConfig{MaxRecvWR: burst, PollRx: pollRx})
+			// Receive i lands in slot i mod 2*burst: reposted after
+			// receive i-burst was checked, refilled after receive i
+			// was.
+			buf := s.reg(t, make([]byte, 2*burst*size), rdmap.AccessLocalWrite)
+			post := func(i int) error {
+				slot := i % (2 * burst)
+				return s.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{buf.SGE(slot*size, size)}})
+			}
+			for i := range burst {
+				mustPost(t, post(i))
 			}
 			p := rdmaptest.NewRawPeer(t, s.qp, nil, false)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -54,8 +64,11 @@ func TestRecvBurstWakes(t *testing.T) {
 						if wc.ID != uint64(next) || wc.Status != rdmap.WCSuccess || wc.Op != rdmap.WCRecv || wc.ByteLen != size {
 							t.Fatalf("round %d: completion %+v, want receive %d", r, wc, next)
 						}
-						if got := binary.BigEndian.Uint64(buf.Bytes()[next*size:]); got != uint64(next) {
+						if got := binary.BigEndian.Uint64(buf.Bytes()[next%(2*burst)*size:]); got != uint64(next) {
 							t.Fatalf("receive %d holds Send %d", next, got)
+						}
+						if err := post(next + burst); err != nil {
+							t.Fatalf("reposting after receive %d: %v", next, err)
 						}
 						next++
 					}
