@@ -13,14 +13,15 @@ func newRQRing(maxWR int) rqRing { return rqRing{newRing[rqEntry](maxWR)} }
 func (r *rqRing) post(wr RecvWR) {
 	e := r.push()
 	e.id = wr.ID
-	// An element-wise copy: a receive has one or two SGEs, and copy of
-	// a slice of structs with pointers costs a runtime call
-	// (typedslicecopy) more than the SGEs themselves.
-	n := min(len(wr.SGL), len(e.sgl))
-	for i, s := range wr.SGL[:n] {
-		e.sgl[i] = s
+	// Most receives have one SGE: an assignment, where copy of a slice
+	// of structs with pointers costs a runtime call (typedslicecopy)
+	// more than the SGE itself.
+	if len(wr.SGL) == 1 {
+		e.sgl[0] = wr.SGL[0]
+		e.nsge = 1
+		return
 	}
-	e.nsge = uint8(n)
+	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
 }
 
 // take moves the oldest receive into e, dropping the ring's references to
