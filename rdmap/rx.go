@@ -1010,8 +1010,10 @@ func (rx *rxEngine) end() *termInfo {
 }
 
 // rxBatch is how many receive completions the receive engine gathers
-// at most before it pushes them into the CQ.
-const rxBatch = 16
+// at most before it pushes them into the CQ: enough to make the CQ lock
+// and the wake-up a small part of a completion's cost, few enough that
+// an idle QP's engine carries little (rxBatch WCs).
+const rxBatch = 8
 
 // pushRecv queues a receive completion (receive engine only). The
 // completions of one socket read are gathered and pushed into the CQ

@@ -31,7 +31,7 @@ func TestRecvBurstWakes(t *testing.T) {
 			if pollRx {
 				pollIdleForever(t)
 			}
-			const rounds, burst, size = 16, 40, 8
+			const rounds, burst, size = 16, 37, 8
 			dev := newDevice(t)
 			s := newSide(t, dev, rdmap.QPConfig{MaxRecvWR: burst, PollRx: pollRx})
 			// Receive i lands in slot i mod 2*burst: reposted after
