@@ -185,6 +185,9 @@ type rxEngine struct {
 	// The tagged message in progress.
 	taggedOp wire.Opcode
 	writeMR  *MR // a Write's target, referenced while the message lasts
+	// held is a reference kept from an FPDU whose placement is over, for
+	// the next one into the same region (takeRef, dropRef).
+	held *MR
 	// The region the last Write message found and its valid STag word
 	// then (lookupWrite).
 	lastMR   *MR
@@ -219,12 +222,14 @@ func (rx *rxEngine) publish() {
 
 // settle is what the engine does before each read of the socket and
 // when it stops: it pushes the receive completions it gathered
-// (flushRecvs), publishes its counters and, between FPDUs, forgets the
+// (flushRecvs), publishes its counters, releases the region reference
+// it kept (dropRef) and, between FPDUs, forgets the
 // region it last placed into (placing), so that fences on it no longer
 // poke this engine.
 func (rx *rxEngine) settle() {
 	rx.flushRecvs()
 	rx.publish()
+	rx.releaseHeld()
 	if !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) && rx.placing.Load() != nil {
 		rx.placing.Store(nil)
 	}
@@ -283,6 +288,7 @@ func (rx *rxEngine) release() {
 		rx.writeMR.release()
 		rx.writeMR = nil
 	}
+	rx.releaseHeld()
 	rx.readResp, rx.lastMR = nil, nil
 	if rx.rd != nil {
 		rx.rd.Release()
@@ -660,7 +666,7 @@ func (rx *rxEngine) opAllowed(op wire.Opcode) bool {
 }
 
 func (rx *rxEngine) addRef(mr *MR) bool {
-	if !mr.acquire() {
+	if !rx.takeRef(mr) {
 		return false
 	}
 	rx.plan.refs[rx.plan.nrefs] = mr
@@ -670,7 +676,7 @@ func (rx *rxEngine) addRef(mr *MR) bool {
 
 func (rx *rxEngine) dropRefs() {
 	for i := range rx.plan.nrefs {
-		rx.plan.refs[i].release()
+		rx.dropRef(rx.plan.refs[i])
 		rx.plan.refs[i] = nil
 	}
 	rx.plan.nrefs = 0
@@ -679,6 +685,39 @@ func (rx *rxEngine) dropRefs() {
 		rx.plan.mr[i] = nil
 	}
 	rx.plan.n = 0
+}
+
+// takeRef takes a reference on mr for a placement: the one the engine
+// holds (rx.held) if it is mr's, else a new one (false: the region is
+// deregistered and idle).
+func (rx *rxEngine) takeRef(mr *MR) bool {
+	if mr == rx.held {
+		rx.held = nil
+		return true
+	}
+	return mr.acquire()
+}
+
+// dropRef gives up a reference taken with takeRef once its placement is
+// over: the engine keeps it (rx.held) for the next FPDU that places into
+// the same region, and releases the one it kept before. The reference
+// kept is released before the engine reads the socket again and when it
+// stops (releaseHeld), so a region stays referenced at most one socket
+// read's worth of FPDUs longer than its placements need, and never while
+// the engine waits for the peer.
+func (rx *rxEngine) dropRef(mr *MR) {
+	if rx.held != nil {
+		rx.held.release()
+	}
+	rx.held = mr
+}
+
+// releaseHeld releases the reference dropRef kept.
+func (rx *rxEngine) releaseHeld() {
+	if rx.held != nil {
+		rx.held.release()
+		rx.held = nil
+	}
 }
 
 // cutTerm is the Terminate for a segment whose target memory was
@@ -797,7 +836,7 @@ func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	mr := rx.writeMR
 	if mr == nil {
 		mr = rx.lookupWrite(stag)
-		if mr == nil || !mr.acquire() {
+		if mr == nil || !rx.takeRef(mr) {
 			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.CodeInvalidSTag}
 		}
 		rx.writeMR = mr
@@ -963,11 +1002,9 @@ func (rx *rxEngine) end() *termInfo {
 	switch rx.cur.op {
 	case wire.OpWrite:
 		rx.tagged.Placed(rx.cur.last)
-		if rx.cur.last {
-			if rx.writeMR != nil {
-				rx.writeMR.release()
-				rx.writeMR = nil
-			}
+		if rx.cur.last && rx.writeMR != nil {
+			rx.dropRef(rx.writeMR)
+			rx.writeMR = nil
 		}
 	case wire.OpReadResponse:
 		rx.readResp.got += uint32(rx.cur.payloadLen)
