@@ -452,8 +452,10 @@ func (rd *Reader) Header(n int) ([]byte, error) {
 // its CRC (Buffered, and Rest).
 func (rd *Reader) complete() error {
 	rem := int(rd.end - rd.pos)
-	if err := rd.fill(rem); err != nil {
-		return err
+	if rd.w-rd.r < rem { // not all buffered yet (fillUpTo is not inlined)
+		if err := rd.fill(rem); err != nil {
+			return err
+		}
 	}
 	t := rd.buf[rd.r : rd.r+rem]
 	rd.wireCRC = WireCRC(t[rem-CRCLen:])
