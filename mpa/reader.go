@@ -452,8 +452,10 @@ func (rd *Reader) Header(n int) ([]byte, error) {
 // its CRC (Buffered, and Rest).
 func (rd *Reader) complete() error {
 	rem := int(rd.end - rd.pos)
-	if err := rd.fill(rem); err != nil {
-		return err
+	if rd.w-rd.r < rem { // not all buffered yet (fillUpTo is not inlined)
+		if err := rd.fill(rem); err != nil {
+			return err
+		}
 	}
 	t := rd.buf[rd.r : rd.r+rem]
 	rd.wireCRC = WireCRC(t[rem-CRCLen:])
@@ -482,6 +484,19 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 		if err := rd.complete(); err != nil {
 			return err
 		}
+	}
+	if n := len(d); n > 0 && n <= rd.w-rd.r && !rd.cfg.Markers {
+		// All of it is buffered, without markers (a small FPDU read
+		// with others): one placement, one copy.
+		if err := p.Enter(n, false); err != nil {
+			return err
+		}
+		copy(d, rd.buf[rd.r:rd.r+n])
+		p.Leave()
+		rd.r += n
+		rd.pos += uint64(n)
+		rd.done += n
+		return nil
 	}
 	for len(d) > 0 {
 		if src := rd.take(len(d)); len(src) > 0 {

@@ -164,19 +164,22 @@ func (cq *CQ) Wait(ctx context.Context) error {
 	}
 }
 
-// push appends a completion. It reports false when the CQ has overrun
-// (the completion is kept behind the ring; the caller must fail the
-// CQ's QPs with overflowed).
-func (cq *CQ) push(wc *WC) bool { return cq.pushBy(wc, nil) }
-
-// pushBy is push by the receive engine of qp (nil: anyone else): if qp
-// is the PollRx QP this CQ's waiter is driving, the pusher is that
-// waiter, which is not in a read, so the wake-up needs no poke (wakeBy).
-func (cq *CQ) pushBy(wc *WC, qp *QP) bool {
+// push appends a completion and wakes the CQ's waiters. It reports
+// false when the CQ has overrun (the completion is kept behind the ring;
+// the caller must fail the CQ's QPs with overflowed).
+//
+// The wake-up contract: a completion can be polled as soon as it is
+// pushed; a waiter asleep in Wait is woken by a wake-up that follows the
+// push (wake, or wakeBy from a receive engine), before the pusher itself
+// blocks on anything but a lock. The receive engine gathers its receive
+// completions and pushes them with pushLocked and one wake-up per batch,
+// the last batch before its next read of the socket (QP.pushRecv,
+// rxEngine.flushRecvs), not one per completion.
+func (cq *CQ) push(wc *WC) bool {
 	cq.mu.Lock()
 	ok := cq.pushLocked(wc)
 	cq.mu.Unlock()
-	cq.wakeBy(qp)
+	cq.wake()
 	return ok
 }
 
@@ -229,9 +232,10 @@ func (cq *CQ) overran() bool { return cq.overflow.Load() }
 func (cq *CQ) wake() { cq.wakeBy(nil) }
 
 // wakeBy is wake from the goroutine that runs by's receive engine (nil:
-// another one). A driver woken by its own engine only needs the request
-// to yield, which it looks at after the FPDU (rxpoll.go); any other
-// driver is kicked.
+// another one). A driver woken by its own engine (which is not in a read:
+// it wakes before reading) only needs the request to yield, which it
+// looks at after the FPDU and before it blocks in a read (rxpoll.go); any
+// other driver is kicked.
 func (cq *CQ) wakeBy(by *QP) {
 	if qp := cq.driving.Load(); qp != nil {
 		if qp == by {

@@ -78,7 +78,11 @@
 // Every queue (SQ, RQ, SRQ, ORQ, IRQ, a CQ's completions) is the same
 // ring (ring.go): a power-of-two array indexed by free-running counters,
 // allocated when the queue is created. In steady state a work request
-// allocates nothing.
+// allocates nothing. The receive engine takes receives from its QP's own
+// RQ without the RQ lock and pushes its receive completions into the CQ
+// a few at a time, under one lock and with one wake-up, the last of them
+// before it reads the socket again (rx.go: takeRecv, flushRecvs): a
+// receive leaves the RQ before its completion can be polled.
 //
 // Two paths skip a goroutine handoff. A send posted to an idle QP (the
 // send goroutine parked, nothing else queued, one FPDU) is built and

@@ -214,6 +214,11 @@ type QP struct {
 	orq ring[orqEntry] // +checklocks:sqMu
 	irq ring[irqEntry] // +checklocks:sqMu
 
+	// rq holds the posted receives; rq.head moves only under rqMu, and
+	// only by the receive engine (takeRecv, rqPop) and by flushAll once
+	// the engines have stopped. The engine reads the entries below the
+	// tail it last saw under rqMu (rx.rqAvail) without the lock: no post
+	// writes a slot until head has passed it.
 	rqMu   sync.Mutex
 	rq     rqRing   // +checklocks:rqMu
 	rqMode postMode // +checklocks:rqMu
@@ -650,6 +655,7 @@ func (qp *QP) flushAll() {
 	}
 	qp.sqMu.Unlock()
 
+	qp.rx.flushRecvs() // the receives completed before the one in progress (and rqPop)
 	if qp.rx.untagged.Active() {
 		qp.rx.untagged.Abandon()
 		st := qp.rx.recvStatus
@@ -1071,14 +1077,45 @@ func (qp *QP) checkRecv(wr *RecvWR) error {
 }
 
 // takeRecv moves the next receive work request (from the SRQ, if any)
-// into e. It reports false when none is posted.
+// into e (receive engine only). It reports false when none is posted.
+//
+// From the QP's own RQ it takes without the lock while the entries it
+// saw under the lock last time last (rx.rqTaken < rx.rqAvail); the entries
+// it took stay in the ring, counted against MaxRecvWR, until rqPop
+// removes them, which it does before their completions are pushed
+// (flushRecvs) and whenever it looks for more under the lock. So a
+// receive leaves the RQ before its completion can be polled, as with a
+// pop per take, and the RQ lock is taken once per batch of completions,
+// not once per receive.
+//
+// +checklocksignore: entries below rx.rqAvail are the engine's (see rq).
 func (qp *QP) takeRecv(e *rqEntry) bool {
 	if qp.srq != nil {
 		return qp.srq.take(e)
 	}
+	rx := &qp.rx
+	if rx.rqTaken == rx.rqAvail {
+		qp.rqPop()
+		if rx.rqTaken == rx.rqAvail {
+			return false
+		}
+	}
+	src := qp.rq.at(rx.rqTaken)
+	rx.rqTaken++
+	takeEntry(e, src)
+	return true
+}
+
+// rqPop removes from the RQ the receives the engine has taken, and looks
+// at what has been posted since (rx.rqAvail). The receive engine calls
+// it, or anyone once the engines have stopped.
+func (qp *QP) rqPop() {
+	rx := &qp.rx
 	qp.rqMu.Lock()
-	defer qp.rqMu.Unlock()
-	return qp.rq.take(e)
+	qp.rq.head = rx.rqTaken
+	rx.rqAvail = qp.rq.tail
+	qp.rqMu.Unlock()
+	rx.rqPopped = rx.rqTaken
 }
 
 // pdForRecv is the PD receive buffers are checked against (the SRQ's, if

@@ -254,3 +254,82 @@ func newRefsQP(t *testing.T, dev *Device, sendWR, recvWR int) (*PD, *QP, *CQ) {
 	}
 	return pd, qp, cq
 }
+
+// TestHeldRefReleased: the reference the receive engine keeps from one
+// FPDU's placement for the next into the same region (rxEngine.held) is
+// given back before the engine waits for the peer: once the Writes and
+// Sends into AllocMemory regions are done and the regions deregistered,
+// the memory's mapping is released while the connection stays up and
+// idle.
+func TestHeldRefReleased(t *testing.T) {
+	dev, _ := NewDevice(nil)
+	defer dev.Close()
+	pda, qa, cqa := newRefsQP(t, dev, 64, 64)
+	pdb, qb, cqb := newRefsQP(t, dev, 64, 64)
+	defer qa.Close()
+	defer qb.Close()
+	mem, err := dev.AllocMemory(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := mem.Bytes()
+	src, _ := pda.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
+	defer src.Deregister()
+	sink, _ := pdb.RegisterMemory(b[:32<<10], AccessLocalWrite|AccessRemoteWrite)
+	rbuf, _ := pdb.RegisterMemory(b[32<<10:], AccessLocalWrite)
+	ca, cb := net.Pipe()
+	if err := qb.Start(cb, &mpa.Params{IRD: 8, ORD: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Start(ca, &mpa.Params{Initiator: true, IRD: 8, ORD: 8}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	for i := range n {
+		if err := qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{rbuf.SGE(i*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		w := SendWR{Op: WRWrite, SGL: []SGE{src.SGE(0, 64)}, Remote: Remote{STag: sink.STag(), Offset: uint64(i * 64)}}
+		s := SendWR{ID: uint64(i), Op: WRSend, SGL: []SGE{src.SGE(0, 64)}, Signaled: true}
+		if err := qa.PostSend(w); err != nil {
+			t.Fatal(err)
+		}
+		if err := qa.PostSend(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wcs := make([]WC, n)
+	for got := 0; got < n; {
+		k := cqb.Poll(wcs)
+		for _, wc := range wcs[:k] {
+			if wc.Status != WCSuccess || wc.ID != uint64(got) {
+				t.Fatalf("completion %+v, want receive %d", wc, got)
+			}
+			got++
+		}
+		if k == 0 {
+			if err := cqb.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sink.Deregister()
+	rbuf.Deregister()
+	if err := mem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for mem.refs.Load() != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("the memory holds %d references with the connection idle (sink %d, rbuf %d)", mem.refs.Load(), sink.refs.Load(), rbuf.refs.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := qb.State(); st != StateRTS {
+		t.Fatalf("state %v, want RTS: %v", st, qb.Err())
+	}
+	_ = cqa
+}

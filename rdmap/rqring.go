@@ -13,6 +13,14 @@ func newRQRing(maxWR int) rqRing { return rqRing{newRing[rqEntry](maxWR)} }
 func (r *rqRing) post(wr RecvWR) {
 	e := r.push()
 	e.id = wr.ID
+	// Most receives have one SGE: an assignment, where copy of a slice
+	// of structs with pointers costs a runtime call (typedslicecopy)
+	// more than the SGE itself.
+	if len(wr.SGL) == 1 {
+		e.sgl[0] = wr.SGL[0]
+		e.nsge = 1
+		return
+	}
 	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
 }
 
@@ -23,17 +31,22 @@ func (r *rqRing) take(e *rqEntry) bool {
 	if src == nil {
 		return false
 	}
-	// Only the live SGEs move (an entry is 16 of them, mostly unused);
-	// e's SGEs past them, left from an earlier receive, drop their
-	// regions.
+	takeEntry(e, src)
+	return true
+}
+
+// takeEntry moves the receive in src into e, dropping src's references to
+// its memory regions. Only the live SGEs move (an entry is 16 of them,
+// mostly unused); e's SGEs past them, left from an earlier receive, drop
+// their regions.
+func takeEntry(e, src *rqEntry) {
 	n := src.nsge
-	copy(e.sgl[:n], src.sgl[:n])
+	for i := range n {
+		e.sgl[i] = src.sgl[i]
+		src.sgl[i].MR = nil
+	}
 	for i := n; i < e.nsge; i++ {
 		e.sgl[i] = SGE{}
 	}
 	e.id, e.nsge = src.id, n
-	for i := range n {
-		src.sgl[i].MR = nil
-	}
-	return true
 }

@@ -140,8 +140,16 @@ type rxEngine struct {
 	inPlace bool
 	// counts are the receive counters not yet added to qp.stats: the
 	// engine publishes them before each read of the socket and when a
-	// message (or a control FPDU) is committed, not per FPDU.
+	// message other than a Write (or a control FPDU) is committed,
+	// before its completion, not per FPDU.
 	counts rxCounts
+	// wcs[:nwcs] are receive completions not yet pushed into qp.rcq,
+	// oldest first (pushRecv): they go in under one lock of the CQ, with
+	// one wake-up, when rxBatch have gathered, before the engine's next
+	// read of the socket, before any other completion it generates, and
+	// when it stops (flushRecvs).
+	wcs  [rxBatch]WC
+	nwcs int
 	// place is the placement in progress: the Placer the reader calls,
 	// and what readvFD checks before each system call.
 	place rxPlace
@@ -159,6 +167,11 @@ type rxEngine struct {
 	untagged ddp.UntaggedSink
 	tagged   ddp.TaggedSink
 
+	// The QP's own RQ as the engine takes from it (QP.takeRecv): the
+	// entries below rqTaken are taken, those below rqPopped removed from
+	// the ring, those below rqAvail seen posted.
+	rqTaken, rqPopped, rqAvail uint64
+
 	// The receive (QN 0) the untagged message in progress fills.
 	recv       rqEntry
 	recvSGE    int    // the SGE the next byte goes to
@@ -171,14 +184,21 @@ type rxEngine struct {
 
 	// The tagged message in progress.
 	taggedOp wire.Opcode
-	writeMR  *MR       // a Write's target, referenced while the message lasts
+	writeMR  *MR // a Write's target, referenced while the message lasts
+	// held is a reference kept from an FPDU whose placement is over, for
+	// the next one into the same region (takeRef, dropRef).
+	held *MR
+	// The region the last Write message found and its valid STag word
+	// then (lookupWrite).
+	lastMR   *MR
+	lastWord uint64
 	readResp *orqEntry // a Read Response's Read (the ORQ head)
 }
 
 // rxCounts are receive counters kept by the receive goroutine between
 // two publications (rxEngine.publish).
 type rxCounts struct {
-	fpdus, bytes, direct, copied uint64
+	fpdus, bytes, direct, copied, driven uint64
 }
 
 // publish adds the counters kept since the last call to the QP's stats.
@@ -194,13 +214,31 @@ func (rx *rxEngine) publish() {
 	if c.copied != 0 {
 		st.rxCopied.Add(c.copied)
 	}
+	if c.driven != 0 {
+		st.rxDriven.Add(c.driven)
+	}
 	*c = rxCounts{}
+}
+
+// settle is what the engine does before each read of the socket and
+// when it stops: it pushes the receive completions it gathered
+// (flushRecvs), publishes its counters, releases the region reference
+// it kept (dropRef) and, between FPDUs, forgets the
+// region it last placed into (placing), so that fences on it no longer
+// poke this engine.
+func (rx *rxEngine) settle() {
+	rx.flushRecvs()
+	rx.publish()
+	rx.releaseHeld()
+	if !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) && rx.placing.Load() != nil {
+		rx.placing.Store(nil)
+	}
 }
 
 // rxFPDU is what the receive engine keeps of the FPDU it is receiving.
 type rxFPDU struct {
 	hdr        [hdrCopy]byte // ULPDU_Length and the headers
-	hdrLen     int           // bytes of hdr in use
+	hdrLen     int           // bytes of hdr in use; the rest is zero
 	ulpduLen   int
 	ddpHdrLen  int
 	op         wire.Opcode
@@ -250,7 +288,8 @@ func (rx *rxEngine) release() {
 		rx.writeMR.release()
 		rx.writeMR = nil
 	}
-	rx.readResp = nil
+	rx.releaseHeld()
+	rx.readResp, rx.lastMR = nil, nil
 	if rx.rd != nil {
 		rx.rd.Release()
 		rx.rd = nil
@@ -367,7 +406,7 @@ func (rx *rxEngine) runDriven() error { return rx.loop(true) }
 
 func (rx *rxEngine) loop(driven bool) error {
 	qp := rx.qp
-	defer rx.publish()
+	defer rx.settle()
 	for {
 		if qp.broken.Load() {
 			if driven {
@@ -384,7 +423,7 @@ func (rx *rxEngine) loop(driven bool) error {
 			return err
 		}
 		if driven {
-			qp.stats.rxDriven.Add(1)
+			rx.counts.driven++
 		}
 		if ti != nil {
 			rx.failWith(ti)
@@ -627,7 +666,7 @@ func (rx *rxEngine) opAllowed(op wire.Opcode) bool {
 }
 
 func (rx *rxEngine) addRef(mr *MR) bool {
-	if !mr.acquire() {
+	if !rx.takeRef(mr) {
 		return false
 	}
 	rx.plan.refs[rx.plan.nrefs] = mr
@@ -637,7 +676,7 @@ func (rx *rxEngine) addRef(mr *MR) bool {
 
 func (rx *rxEngine) dropRefs() {
 	for i := range rx.plan.nrefs {
-		rx.plan.refs[i].release()
+		rx.dropRef(rx.plan.refs[i])
 		rx.plan.refs[i] = nil
 	}
 	rx.plan.nrefs = 0
@@ -646,6 +685,39 @@ func (rx *rxEngine) dropRefs() {
 		rx.plan.mr[i] = nil
 	}
 	rx.plan.n = 0
+}
+
+// takeRef takes a reference on mr for a placement: the one the engine
+// holds (rx.held) if it is mr's, else a new one (false: the region is
+// deregistered and idle).
+func (rx *rxEngine) takeRef(mr *MR) bool {
+	if mr == rx.held {
+		rx.held = nil
+		return true
+	}
+	return mr.acquire()
+}
+
+// dropRef gives up a reference taken with takeRef once its placement is
+// over: the engine keeps it (rx.held) for the next FPDU that places into
+// the same region, and releases the one it kept before. The reference
+// kept is released before the engine reads the socket again and when it
+// stops (releaseHeld), so a region stays referenced at most one socket
+// read's worth of FPDUs longer than its placements need, and never while
+// the engine waits for the peer.
+func (rx *rxEngine) dropRef(mr *MR) {
+	if rx.held != nil {
+		rx.held.release()
+	}
+	rx.held = mr
+}
+
+// releaseHeld releases the reference dropRef kept.
+func (rx *rxEngine) releaseHeld() {
+	if rx.held != nil {
+		rx.held.release()
+		rx.held = nil
+	}
 }
 
 // cutTerm is the Terminate for a segment whose target memory was
@@ -671,8 +743,13 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	hl := ddp.HeaderLen(h[0])
 	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen, rx.plan.n = ulen, hl, 0, 0
 	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(ulen))
+	// The bytes of hdr past hdrLen are zero: clear only what the last
+	// FPDU's headers used beyond this one's.
+	prev := rx.cur.hdrLen
 	rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
-	clear(rx.cur.hdr[rx.cur.hdrLen:])
+	if prev > rx.cur.hdrLen {
+		clear(rx.cur.hdr[rx.cur.hdrLen:prev])
+	}
 	dh, err := ddp.Parse(h)
 	if err != nil {
 		// RFC 5041 §7.2: invalid DDP version; siw sends no header back
@@ -758,8 +835,8 @@ func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	}
 	mr := rx.writeMR
 	if mr == nil {
-		mr = qp.dev.lookupMR(stag)
-		if mr == nil || !mr.acquire() {
+		mr = rx.lookupWrite(stag)
+		if mr == nil || !rx.takeRef(mr) {
 			return &ddp.Error{Type: ddp.ErrTypeTagged, Code: ddp.CodeInvalidSTag}
 		}
 		rx.writeMR = mr
@@ -772,6 +849,30 @@ func (rx *rxEngine) CheckRegion(stag ddp.STag, to uint64, n int) error {
 	rx.plan.dst[0], rx.plan.mr[0], rx.plan.word[0] = b, mr, st
 	rx.plan.n = 1
 	return nil
+}
+
+// lookupWrite finds the region a Write message names: the one the last
+// Write named (rx.lastMR) while its STag word is still the valid word
+// with this STag it was found with, else the device's table. The shortcut
+// gives what the table would: a region leaves the table (and its index
+// can name another) only after Deregister or Dealloc has invalidated it,
+// which changes its word, and a rekey or re-registration changes the
+// word too. The caller still checks and references what it gets, as
+// for a lookup. lastMR holds no reference; it keeps the region's struct
+// (and its mapping) reachable until a Write names another STag or the
+// QP is released.
+func (rx *rxEngine) lookupWrite(stag STag) *MR {
+	if mr := rx.lastMR; mr != nil && STag(uint32(rx.lastWord)) == stag && mr.st.Load() == rx.lastWord {
+		return mr
+	}
+	rx.lastMR = nil
+	mr := rx.qp.dev.lookupMR(stag)
+	if mr != nil {
+		if w := mr.st.Load(); w&mrValid != 0 && STag(uint32(w)) == stag {
+			rx.lastMR, rx.lastWord = mr, w
+		}
+	}
+	return mr
 }
 
 // beginReadResp validates a Read Response segment against the Read at
@@ -887,21 +988,23 @@ func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 func (rx *rxEngine) end() *termInfo {
 	qp := rx.qp
 	if rx.cur.last {
-		// A message ends (or a control message comes): what it did is
-		// counted before anyone can see it done.
-		rx.publish()
-		if rx.placing.Load() != nil {
-			rx.placing.Store(nil)
+		switch rx.cur.op {
+		case wire.OpWrite:
+			// No completion: counted with the next read.
+		case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv, wire.OpImmData, wire.OpImmDataSE:
+			// Counted before its completion is pushed (flushRecvs).
+		default:
+			// A Read Response or a control message: what it did is
+			// counted before anyone can see it done.
+			rx.publish()
 		}
 	}
 	switch rx.cur.op {
 	case wire.OpWrite:
 		rx.tagged.Placed(rx.cur.last)
-		if rx.cur.last {
-			if rx.writeMR != nil {
-				rx.writeMR.release()
-				rx.writeMR = nil
-			}
+		if rx.cur.last && rx.writeMR != nil {
+			rx.dropRef(rx.writeMR)
+			rx.writeMR = nil
 		}
 	case wire.OpReadResponse:
 		rx.readResp.got += uint32(rx.cur.payloadLen)
@@ -943,11 +1046,54 @@ func (rx *rxEngine) end() *termInfo {
 	return nil
 }
 
-// pushRecv queues a receive completion; an overflow fails the QPs of the
-// CQ.
+// rxBatch is how many receive completions the receive engine gathers
+// at most before it pushes them into the CQ: enough to make the CQ lock
+// and the wake-up a small part of a completion's cost, few enough that
+// an idle QP's engine carries little (rxBatch WCs).
+const rxBatch = 8
+
+// pushRecv queues a receive completion (receive engine only). The
+// completions of one socket read are gathered and pushed into the CQ
+// rxBatch at a time with one lock and one wake-up (flushRecvs), and the
+// rest before the engine reads again: a waiter asleep in CQ.Wait is
+// woken before the engine itself waits for the peer. A QP on an SRQ
+// pushes each at once: the CQ's overrun bound (CQ.overflowBoundLocked)
+// counts one receive completing per such QP.
 func (qp *QP) pushRecv(wc *WC) {
-	if !qp.rcq.pushBy(wc, qp) {
-		qp.rcq.overflowed()
+	rx := &qp.rx
+	rx.wcs[rx.nwcs] = *wc
+	rx.nwcs++
+	if rx.nwcs == len(rx.wcs) || qp.srq != nil {
+		rx.flushRecvs()
+	}
+}
+
+// flushRecvs pushes the gathered receive completions into the receive CQ
+// in order, under one lock, and wakes its waiters (wakeBy: a PollRx
+// driver running this engine is asked to yield, and looks at that after
+// the FPDU and before it blocks in a read). First the receives taken
+// leave the RQ (rqPop: reposting after polling a completion finds room)
+// and the counters are published (what the FPDUs did is counted before
+// anyone can poll their completions). An overrun fails the QPs of the
+// CQ.
+func (rx *rxEngine) flushRecvs() {
+	if rx.rqPopped != rx.rqTaken {
+		rx.qp.rqPop() // their receives leave the RQ first
+	}
+	if rx.nwcs == 0 {
+		return
+	}
+	rx.publish()
+	cq, ok := rx.qp.rcq, true
+	cq.mu.Lock()
+	for i := range rx.nwcs {
+		ok = cq.pushLocked(&rx.wcs[i]) && ok
+	}
+	cq.mu.Unlock()
+	rx.nwcs = 0
+	cq.wakeBy(rx.qp)
+	if !ok {
+		cq.overflowed()
 	}
 }
 
@@ -1149,8 +1295,11 @@ func (rx *rxEngine) atomicResponse() *termInfo {
 	return nil
 }
 
-// completeORQ completes the Read or atomic at the head of the ORQ.
+// completeORQ completes the Read or atomic at the head of the ORQ
+// (receive engine only), after the receive completions gathered before
+// it.
 func (qp *QP) completeORQ() {
+	qp.rx.flushRecvs()
 	qp.sqMu.Lock()
 	o := qp.orq.pop()
 	if !o.hidden {

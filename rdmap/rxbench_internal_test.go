@@ -109,3 +109,120 @@ func benchRxWrite(b *testing.B, ulpdu int, crc bool) {
 	b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*fpdus), "ns/fpdu")
 }
+
+// smallMsgs is how many messages one op of BenchmarkRxSmall receives:
+// the receives the bench's server keeps posted (test/bench: recvPosted).
+const (
+	smallMsgs  = 512
+	smallBatch = 64 // test/bench's pollBatch: completions per Poll, receives per PostRecvs
+)
+
+// smallStream returns smallMsgs single-segment messages of size bytes:
+// RDMA Writes to consecutive offsets of stag, or Sends with MSN 1 on.
+func smallStream(op wire.Opcode, stag STag, size int, crc bool) []byte {
+	var out []byte
+	payload := make([]byte, size)
+	for i := range smallMsgs {
+		var h []byte
+		if op == wire.OpWrite {
+			h = ddp.AppendTagged(nil, &ddp.TaggedFields{
+				Last: true, RsvdULP: wire.ControlByte(wire.Version1, op), STag: stag, TO: uint64(i * size),
+			})
+		} else {
+			h = ddp.AppendUntagged(nil, &ddp.UntaggedFields{
+				Last: true, RsvdULP: wire.ControlByte(wire.Version1, op), QN: wire.QNSend, MSN: uint32(i + 1),
+			})
+		}
+		out = mpa.AppendFPDU(out, h, payload, crc)
+	}
+	return out
+}
+
+// BenchmarkRxSmall is the receive engine alone on the message-rate
+// workload's stream (test/bench: 64-byte Writes and Sends): one op
+// receives smallMsgs single-FPDU messages read from memory in chunks of
+// at most 64 KiB. For Sends it does what the bench's server does: keeps
+// smallMsgs receives posted, polls the CQ smallBatch completions at a
+// time and reposts what it reaped as one list; between ops the stream
+// starts again at MSN 1 (the untagged sink is reset). ns/fpdu is the
+// time per FPDU, reposts and polls included.
+func BenchmarkRxSmall(b *testing.B) {
+	for _, op := range []wire.Opcode{wire.OpWrite, wire.OpSend} {
+		for _, crc := range []bool{false, true} {
+			name := "write"
+			if op == wire.OpSend {
+				name = "send"
+			}
+			b.Run(fmt.Sprintf("op=%s/crc=%v", name, crc), func(b *testing.B) {
+				benchRxSmall(b, op, 64, crc)
+			})
+		}
+	}
+}
+
+func benchRxSmall(b *testing.B, op wire.Opcode, size int, crc bool) {
+	dev, err := NewDevice(&Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	pd := dev.AllocPD()
+	cq, err := dev.CreateCQ(2 * smallMsgs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cq.Close()
+	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxRecvWR: smallMsgs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer qp.Close()
+	mr, err := pd.RegisterMemory(make([]byte, smallMsgs*size), AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer mr.Deregister()
+	recvs := make([]RecvWR, smallBatch)
+	for i := range recvs {
+		recvs[i] = RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(0, size)}}
+	}
+	send := op != wire.OpWrite
+	if send {
+		for n := 0; n < smallMsgs; n += smallBatch {
+			if _, err := qp.PostRecvs(recvs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	qp.p = mpa.Params{CRC: crc}
+	rx := &qp.rx
+	rx.init(qp, &cycleConn{data: smallStream(op, mr.STag(), size, crc), max: 64 << 10})
+	defer rx.release()
+	wcs := make([]WC, smallBatch)
+	b.SetBytes(int64(smallMsgs * size))
+	b.ReportAllocs()
+	cpu := testutil.CPUTime()
+	for b.Loop() {
+		for i := range smallMsgs {
+			ti, err := rx.fpdu()
+			rx.dropRefs()
+			if err != nil || ti != nil {
+				b.Fatalf("fpdu %d: %v, Terminate %+v", i, err, ti)
+			}
+			if send && (i+1)%smallBatch == 0 {
+				k := cq.Poll(wcs)
+				for j := range k {
+					if wcs[j].Status != WCSuccess || wcs[j].ByteLen != uint32(size) {
+						b.Fatalf("completion %+v", wcs[j])
+					}
+				}
+				if _, err := qp.PostRecvs(recvs[:k]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		rx.untagged.Reset()
+	}
+	b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N*smallMsgs), "cpu-ns/fpdu")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*smallMsgs), "ns/fpdu")
+}

@@ -112,7 +112,7 @@ func (rx *rxEngine) setDeadline(dl time.Time) {
 // into registered memory), retrying reads the deadline interrupted for
 // nothing.
 func (rx *rxEngine) read(p []byte) (int, error) {
-	rx.publish()
+	rx.settle()
 	rx.arm()
 	// A kick that came before arm set the first deadline had its poke
 	// replaced: look at the request before blocking (PollRx).
@@ -158,7 +158,7 @@ func (c rxConn) Read(p []byte) (int, error) { return c.rx.read(p) }
 // dst alone), retrying reads the deadline interrupted for nothing.
 func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 	rx := c.rx
-	rx.publish()
+	rx.settle()
 	rx.arm()
 	for {
 		var n int

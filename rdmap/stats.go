@@ -4,10 +4,11 @@ import "sync/atomic"
 
 // QPStats are a QP's data path counters. The receive counters (Rx*) are
 // kept by the receive goroutine and published before each read of the
-// socket, when a message's last segment (or a control message) is
-// committed, before its completion, and when the QP stops receiving: a
-// snapshot taken meanwhile may lag the segments of a message still
-// arriving by up to one socket read.
+// socket, when the last segment of a message other than an RDMA Write
+// (or a control message) is committed, before its completion, and when
+// the QP stops receiving: a snapshot taken meanwhile may lag the
+// segments still arriving, and Writes already placed, by up to one
+// socket read.
 type QPStats struct {
 	TxFPDUs, TxBytes, TxWritevs uint64
 	// TxDirect counts batches written on a poster's goroutine (a direct
