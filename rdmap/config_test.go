@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -42,6 +43,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"MaxInline", qp(rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxInline: rdmap.MaxInlineData + 1}), []string{"QPConfig.MaxInline"}},
 		{"MaxIRD", qp(rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxIRD: rdmap.MaxIRDORD + 1}), []string{"QPConfig.MaxIRD"}},
 		{"MaxORD", qp(rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxORD: -1}), []string{"QPConfig.MaxORD"}},
+		{"PollRxIdle", qp(rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, PollRx: true, PollRxIdle: -time.Millisecond}), []string{"QPConfig.PollRxIdle", "-1ms"}},
 		{"MaxULPDU", qp(rdmap.QPConfig{SendCQ: cq, RecvCQ: cq, MaxULPDU: 1}), []string{"QPConfig.MaxULPDU", " 1 "}},
 		{"SRQ MaxWR", func() error { _, err := pd.CreateSRQ(&rdmap.SRQConfig{MaxWR: -1}); return err }(), []string{"SRQConfig.MaxWR", "-1"}},
 		{"SRQ MaxSGE", func() error { _, err := pd.CreateSRQ(&rdmap.SRQConfig{MaxSGE: rdmap.MaxSGE + 1}); return err }(), []string{"SRQConfig.MaxSGE"}},

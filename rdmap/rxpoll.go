@@ -33,9 +33,9 @@ import (
 //     without the poke (it is not reading then). The waiter then gives
 //     the engine back (rxFree) and arms the QP's idle timer.
 //   - While nobody holds it, the socket is not read; once it has been
-//     free for pollRxIdle (the timer fires), the receive goroutine takes
-//     it back, so inbound Read Requests, Terminates and the peer's close
-//     are handled while the application does not wait. A Wait that finds
+//     free for QPConfig.PollRxIdle (the timer fires), the receive
+//     goroutine takes it back, so inbound Read Requests, Terminates and
+//     the peer's close are handled while the application does not wait. A Wait that finds
 //     the receive goroutine holding the engine kicks it: it returns it
 //     at the next FPDU boundary and wakes the CQ's waiters, one of whom
 //     then takes it.
@@ -52,12 +52,11 @@ const (
 	rxDriver
 )
 
-// pollRxIdle is how long a PollRx QP's receive engine may stay free
-// before the receive goroutine takes it back (nanoseconds; a variable
-// for tests, atomic because timer goroutines read it).
+// pollRxIdle is QPConfig.PollRxIdle's default (nanoseconds; a variable
+// for tests, atomic because tests run QPs in parallel).
 var pollRxIdle atomic.Int64
 
-func init() { pollRxIdle.Store(int64(time.Millisecond)) }
+func init() { pollRxIdle.Store(int64(10 * time.Millisecond)) }
 
 var (
 	// errYield stops a receive engine that is to give its state to
@@ -99,21 +98,22 @@ func (qp *QP) rxStartPoll(conn net.Conn) {
 	go qp.rxLoop(conn)
 }
 
-// rxIdle runs when a PollRx QP's engine has been free for pollRxIdle:
+// rxIdle runs when a PollRx QP's engine has been free for PollRxIdle:
 // the receive goroutine (this timer goroutine) takes it back.
 //
 // The timer is armed only when none is pending (idleArmed), so a waiter
 // that releases the engine many times a millisecond costs no timer
 // update each time: a timer that finds the engine free for less than
-// pollRxIdle since its last release (freeSince) is armed again for the
-// rest.
+// PollRxIdle since its last release (freeSince) is armed again for the
+// rest. Each fire and each arming can wake a thread (the runtime's
+// poller), so the timer does no more than that per PollRxIdle.
 func (qp *QP) rxIdle() {
 	rx := &qp.rx
 	rx.idleArmed.Store(false)
 	if rx.owner.Load() != rxFree {
 		return // its holder arms the timer when it releases the engine
 	}
-	if rest := time.Duration(pollRxIdle.Load() - (time.Now().UnixNano() - rx.freeSince.Load())); rest > 0 {
+	if rest := time.Duration(int64(qp.cfg.PollRxIdle) - (time.Now().UnixNano() - rx.freeSince.Load())); rest > 0 {
 		if !rx.idleArmed.Swap(true) {
 			rx.idle.Reset(rest)
 		}
@@ -139,7 +139,7 @@ func (qp *QP) rxRelease() {
 	rx.freeSince.Store(time.Now().UnixNano())
 	rx.owner.Store(rxFree)
 	if !rx.idleArmed.Swap(true) {
-		rx.idle.Reset(time.Duration(pollRxIdle.Load()))
+		rx.idle.Reset(qp.cfg.PollRxIdle)
 	}
 }
 

@@ -117,11 +117,20 @@ func waitCompletion(cq *rdmap.CQ) (rdmap.WC, error) {
 // drivenPair returns a connected pair with PollRx on a whose engine a
 // waiter has taken once (so the next Wait drives it).
 func drivenPair(t *testing.T) (*side, *side, *rdmap.MR, *rdmap.MR) {
+	return drivenPairIdle(t, 0, nil)
+}
+
+// drivenPairIdle is drivenPair with a's QPConfig.PollRxIdle (0: the
+// default, made an hour for the test) and the second half of a's region
+// (from 512 KiB) holding what is given, before the QPs start.
+func drivenPairIdle(t *testing.T, idle time.Duration, half []byte) (*side, *side, *rdmap.MR, *rdmap.MR) {
 	pollIdleForever(t)
-	a := newSide(t, newDevice(t), rdmap.QPConfig{PollRx: true})
+	a := newSide(t, newDevice(t), rdmap.QPConfig{PollRx: true, PollRxIdle: idle})
 	b := newSide(t, newDevice(t), rdmap.QPConfig{})
+	mem := make([]byte, 1<<20)
+	copy(mem[1<<19:], half)
+	abuf, bbuf := a.reg(t, mem, accAll), b.reg(t, make([]byte, 1<<20), accAll)
 	rdmaptest.Connect(t, a.qp, b.qp, nil)
-	abuf, bbuf := a.reg(t, make([]byte, 1<<20), accAll), b.reg(t, make([]byte, 1<<20), accAll)
 	// The initiator speaks first (b, the responder, sends nothing before).
 	mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: 6, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
 	mustPost(t, a.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
@@ -129,7 +138,9 @@ func drivenPair(t *testing.T) (*side, *side, *rdmap.MR, *rdmap.MR) {
 	// A Wait with nothing to come takes a's engine from its receive
 	// goroutine; canceled, it leaves the engine free.
 	cancelDrivenWait(t, a)
-	rdmap.WaitRxFree(a.qp)
+	if idle == 0 {
+		rdmap.WaitRxFree(a.qp) // else the idle timer may take it first
+	}
 	return a, b, abuf, bbuf
 }
 
@@ -203,6 +214,20 @@ func TestPollRxPassive(t *testing.T) {
 		Remote: rdmap.Remote{STag: abuf.STag()}, Signaled: true}))
 	expectWC(t, poll(t, b.cq), 3, rdmap.WCRead, rdmap.WCSuccess)
 	if got := string(bbuf.Bytes()[100:124]); got != "the passive side's bytes" {
+		t.Fatalf("read %q", got)
+	}
+}
+
+// TestPollRxIdleConfig: with QPConfig.PollRxIdle short and the default
+// an hour, an RDMA Read of a's memory is served while nobody waits on
+// a's CQ: the QP's own bound is the one its idle timer keeps.
+func TestPollRxIdleConfig(t *testing.T) {
+	const want = "served without a waiter"
+	_, b, abuf, bbuf := drivenPairIdle(t, time.Millisecond, []byte(want))
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{ID: 4, Op: rdmap.WRRead, SGL: []rdmap.SGE{bbuf.SGE(100, 23)},
+		Remote: rdmap.Remote{STag: abuf.STag(), Offset: 1 << 19}, Signaled: true}))
+	expectWC(t, poll(t, b.cq), 4, rdmap.WCRead, rdmap.WCSuccess)
+	if got := string(bbuf.Bytes()[100:123]); got != want {
 		t.Fatalf("read %q", got)
 	}
 }
