@@ -198,9 +198,9 @@ func TestBorrowedRefSpill(t *testing.T) {
 	tx := &qp.tx
 	start := func(idx uint64) {
 		t.Helper()
-		e := &sqEntry{op: WRWrite, nsge: 2}
-		e.sgl[0], e.sgl[1] = mr.SGE(0, 64), mr.SGE(64, 64)
+		e := &sqEntry{op: WRWrite, nsge: 2, sge0: mr.SGE(0, 64)}
 		qp.sqMu.Lock()
+		qp.sglSlot(qp.sq.slot(idx))[0] = mr.SGE(64, 64)
 		st := qp.txStartLocked(e, idx)
 		qp.sqMu.Unlock()
 		if st != WCSuccess {

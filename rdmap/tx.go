@@ -604,7 +604,8 @@ func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
 // request is sent from. It returns the completion status when the
 // request cannot be sent.
 func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
-	if status := qp.txCheckLocked(e); status != WCSuccess {
+	slot := qp.sq.slot(idx)
+	if status := qp.txCheckLocked(e, slot); status != WCSuccess {
 		return status
 	}
 	e.state = sqActive
@@ -614,8 +615,8 @@ func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
 	case !e.inline && e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW:
 		// Hold the source memory until the request is written.
 		t := &qp.tx
-		for i := range e.nsge {
-			mr := e.sgl[i].MR
+		for i := range int(e.nsge) {
+			mr := qp.sqSGE(e, slot, i).MR
 			if t.borrowRef(mr) {
 				t.jobBorrowed |= 1 << t.njobRefs
 			} else if !mr.acquire() {
@@ -635,7 +636,7 @@ func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
 		return WCLocQPOpErr // the handshake settled ORD 0
 	}
 	e.state = sqAwaiting
-	sink := e.sgl[0]
+	sink := e.sge0
 	if !sink.MR.acquire() {
 		return WCLocProtErr
 	}
@@ -676,7 +677,7 @@ func (e *localWRError) Error() string {
 
 // txCheckLocked checks a work request's local memory (and executes a
 // Local Invalidate) when the engine takes it, in SQ order.
-func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
+func (qp *QP) txCheckLocked(e *sqEntry, slot int) WCStatus {
 	switch e.op {
 	case WRLocalInv:
 		switch qp.dev.invalidateSTag(qp, e.invSTag, false) {
@@ -687,9 +688,9 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 		}
 		return WCLocQPOpErr
 	case WRRegMR:
-		return qp.execRegMR(&e.mem)
+		return qp.execRegMR(&qp.sqExt[slot].mem)
 	case WRBindMW:
-		return qp.execBindMW(&e.mem)
+		return qp.execBindMW(&qp.sqExt[slot].mem)
 	case WRImmData:
 		return WCSuccess
 	}
@@ -700,8 +701,8 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 	if awaitsResponse(e.op) {
 		perm = AccessLocalWrite
 	}
-	for i := range e.nsge {
-		s := &e.sgl[i]
+	for i := range int(e.nsge) {
+		s := qp.sqSGE(e, slot, i)
 		if _, ae := s.MR.checkLocal(qp.pd, perm, s.Offset, uint64(s.Length)); ae != accessOK {
 			return WCLocProtErr
 		}
@@ -742,25 +743,26 @@ func (qp *QP) txEmit() bool {
 			op = wire.OpImmDataSE
 		}
 		if !t.emitControl(func(h []byte) []byte {
-			return binary.BigEndian.AppendUint64(t.untagged(h, op, wire.QNSend), e.imm)
+			return binary.BigEndian.AppendUint64(t.untagged(h, op, wire.QNSend), qp.sqExt[qp.sq.slot(t.wrIdx)].imm)
 		}) {
 			return false
 		}
 	case WRRead:
 		if !t.emitControl(func(h []byte) []byte {
 			return wire.AppendReadRequest(t.untagged(h, wire.OpReadRequest, wire.QNReadRequest), &wire.ReadRequestFields{
-				SinkSTag: e.sgl[0].MR.STag(), SinkTO: e.sgl[0].Offset, Size: e.length,
+				SinkSTag: e.sge0.MR.STag(), SinkTO: e.sge0.Offset, Size: e.length,
 				SrcSTag: e.remote.STag, SrcTO: e.remote.Offset,
 			})
 		}) {
 			return false
 		}
 	case WRFetchAdd, WRCmpSwap:
+		x := &qp.sqExt[qp.sq.slot(t.wrIdx)]
 		a := wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: t.atomicReqID, STag: e.remote.STag, TO: e.remote.Offset,
-			AddSwap: e.cmpAdd, AddSwapMask: e.addMask}
+			AddSwap: x.cmpAdd, AddSwapMask: x.addMask}
 		if e.op == WRCmpSwap {
 			a = wire.AtomicRequest{Op: wire.AtomicCmpSwap, ReqID: t.atomicReqID, STag: e.remote.STag, TO: e.remote.Offset,
-				AddSwap: e.swap, AddSwapMask: e.swapMask, Compare: e.cmpAdd, CompareMask: e.cmpMask}
+				AddSwap: x.swap, AddSwapMask: x.swapMask, Compare: x.cmpAdd, CompareMask: x.cmpMask}
 		}
 		if !t.emitControl(func(h []byte) []byte {
 			return wire.AppendAtomicRequest(t.untagged(h, wire.OpAtomicRequest, wire.QNAtomic), &a)
@@ -893,12 +895,12 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 			t.w.FPDU(h, qp.inline[s+int(t.msgOff):s+int(t.msgOff)+n])
 		case e.nsge == 1:
 			// One SGE: the segment's payload is one piece of it.
-			sg := &e.sgl[0]
+			sg := &e.sge0
 			t.w.FPDU(h, sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n)))
 			t.sgeOff += uint32(n)
 		default:
 			t.w.Begin(h, hlen+n)
-			t.gather(e, n)
+			qp.txGather(e, n)
 			t.w.End()
 		}
 		t.msgOff += uint32(n)
@@ -912,10 +914,12 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	}
 }
 
-// gather queues n payload bytes from the work request's SGL.
-func (t *txEngine) gather(e *sqEntry, n int) {
+// txGather queues n payload bytes from the work request's SGL.
+func (qp *QP) txGather(e *sqEntry, n int) {
+	t := &qp.tx
+	slot := qp.sq.slot(t.wrIdx)
 	for n > 0 {
-		s := &e.sgl[t.sge]
+		s := qp.sqSGE(e, slot, t.sge)
 		avail := int(s.Length - t.sgeOff)
 		if avail == 0 {
 			t.sge++
