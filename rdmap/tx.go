@@ -45,18 +45,44 @@ const maxCtrlHdr = 18 + 64
 // The send engine's buffers: the FPDU writer's batch buffers with CRC
 // (sendBufPool) and its scratch arena and iovec array (package mpa's
 // pool), which the writer takes when a batch gets its first FPDU and
-// gives back when the batch is written (or the QP ends), and the batch's
-// list of memory references to drop after the write (releasePool), taken
-// with the first reference and given back once they are dropped: the
-// buffers in use are bounded by the batches being written at once, and
-// an idle QP holds none.
+// gives back when the batch is written (or the QP ends), and the lists of
+// memory references to drop after a write (refPool for work requests,
+// releasePool for Read Responses), taken with the first reference and
+// given back once they are dropped: the buffers in use are bounded by
+// the batches being written at once, and an idle QP holds none.
 var (
 	sendBufPool = bufpool.New(mpa.WriterBufLen)
+	refPool     = sync.Pool{New: func() any {
+		s := make([]txRef, 0, 64)
+		return &s
+	}}
 	releasePool = sync.Pool{New: func() any {
-		s := make([]*MR, 0, 2*mpa.WriterMaxIOV)
+		s := make([]*MR, 0, 16)
 		return &s
 	}}
 )
+
+// Bounds of a run, the work requests txPick starts under one hold of
+// QP.sqMu: at most txRunMax, and no more once they carry txRunBytes of
+// payload (a Response that arrives meanwhile waits for the run to be
+// queued, so the run stays short in bytes as in requests).
+const (
+	txRunMax   = 64
+	txRunBytes = 64 << 10
+)
+
+// txRef is a reference the send engine holds on a region that started
+// work requests send from: taken (MR.acquire) by the first of a stretch
+// of them that read the region, in SQ order, and shared by the rest of
+// the stretch, which only move upTo, so that a stream of requests from
+// one region costs one atomic increment and decrement per batch, not per
+// request. It drops once every work request before upTo is wholly
+// written (written: queuedUpTo >= upTo after a write), so a request
+// split across batches keeps its memory until its last byte is out.
+type txRef struct {
+	mr   *MR
+	upTo uint64
+}
 
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
 // engine appends, the receive engine matches responses at the head.
@@ -118,20 +144,28 @@ type txEngine struct {
 	msgOff      uint32   // bytes of the current message queued
 	sge         int      // the SGE the payload continues in
 	sgeOff      uint32   // bytes of that SGE queued
-	jobRefs     [MaxSGE]*MR
-	njobRefs    int // references the current work request holds (jobRefs[:njobRefs])
-	// jobBorrowed marks (bit i) the jobRefs[i] taken without a reference
-	// of their own: the batch being filled already holds one on that
-	// region until it is written (see borrowRef).
-	jobBorrowed uint32
-	irqBurst    int // responses started in a row while the SQ had work
+	irqBurst    int      // responses started in a row while the SQ had work
+	// The run (txPick): the work requests started under one hold of
+	// sqMu, in SQ order, run[runHead] the job (wrIdx its SQ index), the
+	// rest started and waiting for it, up to run[runLen-1].
+	run             [txRunMax]*sqEntry
+	runHead, runLen int
+
+	// Memory references: refs[refsHead:] (in *refsp, from refPool while
+	// not empty) are the references of started work requests, in SQ
+	// order (see txRef); releases (in *releasesp, from releasePool) the
+	// references of queued Read Responses. Both drop once the batch
+	// holding their bytes is written (written).
+	refs     []txRef
+	refsp    *[]txRef
+	refsHead int
 
 	// Completion: work requests before queuedUpTo are wholly in the
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	releases                  []*MR  // references to drop once the batch is written, in *releasesp
-	releasesp                 *[]*MR // from releasePool while releases is not empty
+	releases                  []*MR
+	releasesp                 *[]*MR
 
 	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
 	// connection a restarted one writes to; whether txGate has opened.
@@ -177,7 +211,9 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 func (t *txEngine) release() {
 	t.w.Release()
 	t.dropReleases()
-	t.dropJobRefs()
+	t.dropRefs(true)
+	clear(t.run[:])
+	t.runHead, t.runLen = 0, 0
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
 	t.resp = irqEntry{}
@@ -200,6 +236,49 @@ func (t *txEngine) dropReleases() {
 	*t.releasesp = t.releases[:0]
 	releasePool.Put(t.releasesp)
 	t.releasesp, t.releases = nil, nil
+}
+
+// written drops what a write of the batch (of every work request before
+// queuedUpTo) lets go: the queued Responses' references and those of the
+// work requests wholly written.
+func (t *txEngine) written() {
+	t.dropReleases()
+	t.dropRefs(false)
+}
+
+// takeRef makes the work request at SQ index idx hold a reference on mr
+// (see txRef): it shares the last one when that is on mr, else acquires
+// one. It reports false when mr cannot be acquired (deregistered and
+// idle).
+func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
+	if n := len(t.refs); n > t.refsHead && t.refs[n-1].mr == mr {
+		t.refs[n-1].upTo = idx + 1
+		return true
+	}
+	if !mr.acquire() {
+		return false
+	}
+	if t.refsp == nil {
+		t.refsp = refPool.Get().(*[]txRef)
+		t.refs = (*t.refsp)[:0]
+	}
+	t.refs = append(t.refs, txRef{mr: mr, upTo: idx + 1})
+	return true
+}
+
+// dropRefs releases the references of the work requests wholly written
+// (upTo <= queuedUpTo), or all of them.
+func (t *txEngine) dropRefs(all bool) {
+	for t.refsHead < len(t.refs) && (all || t.refs[t.refsHead].upTo <= t.queuedUpTo) {
+		t.refs[t.refsHead].mr.release()
+		t.refs[t.refsHead] = txRef{}
+		t.refsHead++
+	}
+	if t.refsp != nil && t.refsHead == len(t.refs) {
+		*t.refsp = t.refs[:0]
+		refPool.Put(t.refsp)
+		t.refsp, t.refs, t.refsHead = nil, nil, 0
+	}
 }
 
 // addRelease adds a reference to drop once the batch is written.
@@ -510,8 +589,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			qp.stats.txFPDUs.Add(uint64(fpdus))
 		}
 	}
-	t.ownJobRefs() // before the batch's references drop
-	t.dropReleases()
+	t.written()
 	if err != nil {
 		return sent, err
 	}
@@ -547,8 +625,23 @@ func awaitsResponse(op WROpcode) bool {
 	return op == WRRead || op == WRFetchAdd || op == WRCmpSwap
 }
 
-// txPick takes the next job: a response from the IRQ or a work request
-// from the SQ. It reports false when there is nothing runnable.
+// txPick takes the next job: a response from the IRQ, or a run of work
+// requests from the SQ, started under one hold of sqMu, whose first is
+// the job (finishWR moves on to the next). It reports false when there
+// is nothing runnable.
+//
+// A run is what the SQ order allows to start before any of it is
+// queued: after its first request, txExtendRunLocked adds the Sends,
+// Writes and Immediate Data that follow, while each is runnable and its
+// local memory checks pass. A request whose start changes memory (Local
+// Invalidate, fast registration, bind) or takes an ORQ entry and an MSN
+// or Request ID at start (Read, atomics) starts only first in a run and
+// ends it, so every start sees the effect of the earlier ones, and every
+// earlier request's payload is queued (its bytes taken from the mapping
+// it was checked against) before a later one changes a mapping. A
+// request whose check fails in a run's tail is left to start first in
+// the next run, which fails it after the requests before it are queued,
+// as one job at a time would.
 func (qp *QP) txPick() bool {
 	t := &qp.tx
 	qp.sqMu.Lock()
@@ -573,11 +666,60 @@ func (qp *QP) txPick() bool {
 		qp.txAbandon(e, idx, status)
 		return false
 	}
+	t.run[0], t.runHead, t.runLen = e, 0, 1
+	if runOp(e.op) {
+		qp.txExtendRunLocked(uint64(e.length))
+	}
 	qp.sqMu.Unlock()
-	t.job, t.wr, t.wrIdx = jobSQ, e, idx
+	t.job = jobSQ
+	t.startJob(e, idx)
+	return true
+}
+
+// runOp reports whether work requests of op may follow each other in a
+// run (see txPick): their start only checks local memory and takes
+// references.
+func runOp(op WROpcode) bool {
+	switch op {
+	case WRSend, WRSendInv, WRWrite, WRWriteImm, WRImmData:
+		return true
+	}
+	return false
+}
+
+// txExtendRunLocked starts the work requests after the run's first, in
+// SQ order, while they are runnable run ops whose start succeeds, up to
+// txRunMax of them and txRunBytes of payload (bytes so far).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txExtendRunLocked(bytes uint64) {
+	t := &qp.tx
+	for t.runLen < txRunMax && bytes < txRunBytes {
+		e, ok := qp.sqRunnableLocked()
+		if !ok || !runOp(e.op) {
+			return
+		}
+		idx := qp.sqNext
+		if qp.txCheckLocked(e, qp.sq.slot(idx)) != WCSuccess || !qp.txRefsLocked(e, idx) {
+			// Started first in the next run, it fails there, once the
+			// requests before it are queued. References the refused
+			// start took are shared with it (upTo idx+1) and drop as
+			// theirs do.
+			return
+		}
+		e.state = sqActive
+		qp.sqNext++
+		t.run[t.runLen] = e
+		t.runLen++
+		bytes += uint64(e.length)
+	}
+}
+
+// startJob makes the work request e (SQ index idx) of the run the job.
+func (t *txEngine) startJob(e *sqEntry, idx uint64) {
+	t.wr, t.wrIdx = e, idx
 	t.msgOff, t.sge, t.sgeOff = 0, 0, 0
 	t.immNext = e.op == WRImmData
-	return true
 }
 
 // sqRunnableLocked returns the SQ entry the engine takes next, and
@@ -612,21 +754,32 @@ func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
 	switch {
 	case awaitsResponse(e.op):
 		return qp.txAddORQLocked(e, idx)
-	case !e.inline && e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW:
-		// Hold the source memory until the request is written.
-		t := &qp.tx
-		for i := range int(e.nsge) {
-			mr := qp.sqSGE(e, slot, i).MR
-			if t.borrowRef(mr) {
-				t.jobBorrowed |= 1 << t.njobRefs
-			} else if !mr.acquire() {
-				return WCLocProtErr
-			}
-			t.jobRefs[t.njobRefs] = mr
-			t.njobRefs++
+	case e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW:
+		if !qp.txRefsLocked(e, idx) {
+			return WCLocProtErr
 		}
 	}
 	return WCSuccess
+}
+
+// txRefsLocked makes the Send or Write e (SQ index idx) hold its source
+// memory until it is written (see txRef). It reports false when a region
+// cannot be acquired; the references taken before stay shared with e
+// (upTo idx+1).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txRefsLocked(e *sqEntry, idx uint64) bool {
+	if e.inline {
+		return true
+	}
+	t := &qp.tx
+	slot := qp.sq.slot(idx)
+	for i := range int(e.nsge) {
+		if !t.takeRef(qp.sqSGE(e, slot, i).MR, idx) {
+			return false
+		}
+	}
+	return true
 }
 
 // txAddORQLocked appends the ORQ entry of a Read or atomic, which holds
@@ -658,7 +811,7 @@ func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
 // peer learns from a local catastrophic Terminate.
 func (qp *QP) txAbandon(e *sqEntry, idx uint64, status WCStatus) {
 	t := &qp.tx
-	t.dropJobRefs()
+	// Its references (upTo idx+1) drop after the write of the batch.
 	t.queuedUpTo = idx + 1
 	ti := localCatastrophic(&localWRError{op: e.op, status: status})
 	qp.fail(ti.err(), ti)
@@ -787,53 +940,19 @@ func sendOpcode(e *sqEntry) wire.Opcode {
 	return wire.OpSend
 }
 
-// finishWR ends the current work request: it is wholly queued, and its
-// memory references drop once the batch is written.
+// finishWR ends the current work request: it is wholly queued (its
+// memory references drop once the batch is written). The next work
+// request of the run, if any, becomes the job.
 func (t *txEngine) finishWR() {
 	t.queuedUpTo = t.wrIdx + 1
+	t.run[t.runHead] = nil
+	t.runHead++
+	if t.runHead < t.runLen {
+		t.startJob(t.run[t.runHead], t.wrIdx+1)
+		return
+	}
+	t.runHead, t.runLen = 0, 0
 	t.job, t.wr = jobNone, nil
-	for i := range t.njobRefs {
-		if t.jobBorrowed&(1<<i) == 0 {
-			t.addRelease(t.jobRefs[i])
-		}
-		t.jobRefs[i] = nil
-	}
-	t.njobRefs, t.jobBorrowed = 0, 0
-}
-
-// borrowRef reports whether the batch being filled already holds a
-// reference on mr that it drops only after its write (the last one added
-// to releases: a stream of work requests from one region, the common
-// case): a work request that is wholly queued in this batch needs no
-// reference of its own, which saves an atomic increment and decrement
-// per request. Should the batch be written before the request is wholly
-// queued, ownJobRefs first turns the borrowed references into real ones.
-func (t *txEngine) borrowRef(mr *MR) bool {
-	return len(t.releases) > 0 && t.releases[len(t.releases)-1] == mr
-}
-
-// ownJobRefs takes a reference of its own for every borrowed reference of
-// the current work request; called after the batch is written and before
-// its references drop, it always succeeds (the batch still holds one on
-// each such region).
-func (t *txEngine) ownJobRefs() {
-	for i := range t.njobRefs {
-		if t.jobBorrowed&(1<<i) != 0 {
-			t.jobRefs[i].refs.Add(1)
-		}
-	}
-	t.jobBorrowed = 0
-}
-
-// dropJobRefs releases the memory references of an abandoned job.
-func (t *txEngine) dropJobRefs() {
-	for i := range t.njobRefs {
-		if t.jobBorrowed&(1<<i) == 0 {
-			t.jobRefs[i].release()
-		}
-		t.jobRefs[i] = nil
-	}
-	t.njobRefs, t.jobBorrowed = 0, 0
 }
 
 // emitControl queues a control message: one FPDU whose ULPDU (at most
