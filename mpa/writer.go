@@ -351,13 +351,15 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		// reserved the room) and the CRC computed over that copy.
 		w.takeBuf()
 		s := len(w.batch)
-		w.batch = binary.BigEndian.AppendUint16(w.batch, uint16(ulen))
-		w.batch = append(w.batch, hdr...)
-		w.batch = append(w.batch, payload...)
-		w.batch = append(w.batch, zeroPad[:PadLen(ulen)]...)
+		c := s + LengthFieldLen + ulen + PadLen(ulen)
+		b := w.batch[s : c+CRCLen]
+		binary.BigEndian.PutUint16(b, uint16(ulen))
+		copy(b[LengthFieldLen+copy(b[LengthFieldLen:], hdr):], payload)
+		clear(b[LengthFieldLen+ulen : c-s])
 		w.fpduStart, w.ulpduLen = w.pos, ulen
-		w.fpduCRC = UpdateCRC(0, w.batch[s:])
-		w.batch = binary.LittleEndian.AppendUint32(w.batch, w.fpduCRC) // PutCRC's order
+		w.fpduCRC = UpdateCRC(0, b[:c-s])
+		binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
+		w.batch = w.batch[:c+CRCLen]
 		n := len(w.batch) - s
 		w.pos += uint64(n)
 		w.batchBytes += n
@@ -371,15 +373,16 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		return
 	}
 	// Room left the capacity: the spare bytes for the payload, 8 for the
-	// pad and the CRC field.
+	// pad and the CRC field. Written in place, one slice of scratch.
 	w.spare -= len(payload)
 	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
 	s := len(w.scratch)
-	w.scratch = binary.BigEndian.AppendUint16(w.scratch, uint16(ulen))
-	w.scratch = append(w.scratch, hdr...)
-	w.scratch = append(w.scratch, payload...)
-	w.scratch = append(w.scratch, zeroPad[:PadLen(ulen)]...)
-	w.scratch = append(w.scratch, zeroPad[:CRCLen]...)
+	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen
+	b := w.scratch[s:e]
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	copy(b[LengthFieldLen+copy(b[LengthFieldLen:], hdr):], payload)
+	clear(b[LengthFieldLen+ulen:]) // pad and the zero CRC field
+	w.scratch = w.scratch[:e]
 	w.putScratch(s)
 	w.fpdus++
 }

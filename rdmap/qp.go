@@ -937,10 +937,15 @@ func (qp *QP) sqSGE(e *sqEntry, slot, i int) *SGE {
 // with WCWRFlushErr, as with PostSend. PostSends does not allocate;
 // wrs and their slices may be reused as soon as it returns (see SendWR).
 func (qp *QP) PostSends(wrs []SendWR) (int, error) {
-	valid, verr := validPrefix(wrs, qp.validateSend)
-	if valid == 0 {
-		return 0, verr
+	// The first request is checked before the lock (its error comes
+	// first, as PostSend's), the others as they are copied, in one pass.
+	if len(wrs) == 0 {
+		return 0, nil
 	}
+	if err := qp.validateSend(&wrs[0]); err != nil {
+		return 0, err
+	}
+	var verr error
 	qp.sqMu.Lock()
 	if qp.sqMode == postRefuse {
 		qp.sqMu.Unlock()
@@ -952,7 +957,12 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	}
 	flush, ok := qp.sqMode == postFlush, true
 	n := 0
-	for ; n < valid; n++ {
+	for ; n < len(wrs); n++ {
+		if n > 0 {
+			if verr = qp.validateSend(&wrs[n]); verr != nil {
+				break
+			}
+		}
 		if qp.sq.full() && flush {
 			// Each flushed request completes at once, as with PostSend.
 			ok = qp.sweepLocked() && ok

@@ -568,7 +568,10 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			if t.job == jobNone && !qp.txPick() {
 				break
 			}
-			if !qp.txEmit() {
+			if !qp.txEmitSmall() {
+				break
+			}
+			if t.job != jobNone && !qp.txEmit() {
 				break
 			}
 		}
@@ -694,13 +697,20 @@ func runOp(op WROpcode) bool {
 // +checklocks:qp.sqMu
 func (qp *QP) txExtendRunLocked(bytes uint64) {
 	t := &qp.tx
-	for t.runLen < txRunMax && bytes < txRunBytes {
-		e, ok := qp.sqRunnableLocked()
-		if !ok || !runOp(e.op) {
+	for t.runLen < txRunMax && bytes < txRunBytes && qp.sqNext != qp.sq.tail {
+		e := qp.sq.at(qp.sqNext)
+		if !runOp(e.op) || (e.fence && !qp.orq.empty()) { // sqRunnableLocked's rule for run ops
 			return
 		}
 		idx := qp.sqNext
-		if qp.txCheckLocked(e, qp.sq.slot(idx)) != WCSuccess || !qp.txRefsLocked(e, idx) {
+		if e.nsge == 1 && !e.inline {
+			// The common request, one SGE: txCheckLocked and
+			// txRefsLocked in line.
+			s := &e.sge0
+			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK || !t.takeRef(s.MR, idx) {
+				return // as below
+			}
+		} else if qp.txCheckLocked(e, qp.sq.slot(idx)) != WCSuccess || !qp.txRefsLocked(e, idx) {
 			// Started first in the next run, it fails there, once the
 			// requests before it are queued. References the refused
 			// start took are shared with it (upTo idx+1) and drop as
@@ -985,11 +995,7 @@ func (t *txEngine) untagged(h []byte, op wire.Opcode, qn uint32) []byte {
 // whole message is queued.
 func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	t := &qp.tx
-	tagged := op == wire.OpWrite
-	hlen := ddp.UntaggedHeaderLen
-	if tagged {
-		hlen = ddp.TaggedHeaderLen
-	}
+	hlen := dataHeaderLen(op)
 	maxPay := t.ulpdu - hlen
 	pieces := int(e.nsge) + 1
 	for {
@@ -997,40 +1003,97 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 		if !t.w.Room(hlen+n, pieces) {
 			return false
 		}
-		var h []byte
-		if tagged {
-			h = ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
-				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff),
-			})
+		h := t.dataHeader(e, op, last)
+		if e.inline || e.nsge == 1 {
+			t.w.FPDU(h, qp.txPiece(e, n))
 		} else {
-			h = ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(e.invSTag),
-				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff,
-			})
-		}
-		switch {
-		case e.inline:
-			s := qp.sq.slot(t.wrIdx) * qp.cfg.MaxInline
-			t.w.FPDU(h, qp.inline[s+int(t.msgOff):s+int(t.msgOff)+n])
-		case e.nsge == 1:
-			// One SGE: the segment's payload is one piece of it.
-			sg := &e.sge0
-			t.w.FPDU(h, sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n)))
-			t.sgeOff += uint32(n)
-		default:
 			t.w.Begin(h, hlen+n)
 			qp.txGather(e, n)
 			t.w.End()
 		}
 		t.msgOff += uint32(n)
 		if last {
-			if !tagged {
+			if op != wire.OpWrite {
 				t.msn[wire.QNSend]++
 			}
 			t.msgOff = 0
 			return true
 		}
 	}
+}
+
+// txEmitSmall queues, in one loop, the work requests of the run from the
+// job on that are one FPDU each with one piece of payload: a Send or
+// Write of inline data or one SGE whose message is one DDP segment, the
+// small message, framed as txEmitData frames it without its per-segment
+// steps. It stops at the first other job (left to txEmit) and reports
+// false when the batch is full.
+func (qp *QP) txEmitSmall() bool {
+	t := &qp.tx
+	for t.job == jobSQ && t.msgOff == 0 && !qp.broken.Load() {
+		e := t.wr
+		var op wire.Opcode
+		switch e.op {
+		case WRWrite:
+			op = wire.OpWrite
+		case WRSend, WRSendInv:
+			op = sendOpcode(e)
+		default:
+			return true
+		}
+		hlen, n := dataHeaderLen(op), int(e.length)
+		if (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
+			return true
+		}
+		if !t.w.Room(hlen+n, 2) {
+			return false
+		}
+		t.w.FPDU(t.dataHeader(e, op, true), qp.txPiece(e, n))
+		if op != wire.OpWrite {
+			t.msn[wire.QNSend]++
+		}
+		t.finishWR()
+	}
+	return true
+}
+
+// dataHeaderLen is the DDP header length of a data message of opcode op:
+// tagged for a Write, untagged for a Send.
+func dataHeaderLen(op wire.Opcode) int {
+	if op == wire.OpWrite {
+		return ddp.TaggedHeaderLen
+	}
+	return ddp.UntaggedHeaderLen
+}
+
+// dataHeader builds, in t.hdr, the DDP header of the job's next segment
+// (at message offset msgOff) of a Write (tagged, to the request's remote
+// buffer) or a Send (untagged, QN 0, the next MSN).
+func (t *txEngine) dataHeader(e *sqEntry, op wire.Opcode, last bool) []byte {
+	ctl := wire.ControlByte(wire.Version1, op)
+	if op == wire.OpWrite {
+		h := t.hdr[:ddp.TaggedHeaderLen]
+		ddp.PutTagged(h, &ddp.TaggedFields{Last: last, RsvdULP: ctl, STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff)})
+		return h
+	}
+	h := t.hdr[:ddp.UntaggedHeaderLen]
+	ddp.PutUntagged(h, &ddp.UntaggedFields{Last: last, RsvdULP: ctl, RsvdULP32: uint32(e.invSTag),
+		QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff})
+	return h
+}
+
+// txPiece returns the next n payload bytes of the job e whose payload is
+// one piece: its inline data or its one SGE.
+func (qp *QP) txPiece(e *sqEntry, n int) []byte {
+	t := &qp.tx
+	if e.inline {
+		s := qp.sq.slot(t.wrIdx)*qp.cfg.MaxInline + int(t.msgOff)
+		return qp.inline[s : s+n]
+	}
+	sg := &e.sge0
+	p := sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n))
+	t.sgeOff += uint32(n)
+	return p
 }
 
 // txGather queues n payload bytes from the work request's SGL.
