@@ -811,9 +811,9 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 		var fn func(b bench, n int) error
 		switch c.Op {
 		case "write":
-			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRWrite, c.Size, depth) }
+			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRWrite, c.Size, sqDepth) }
 		case "write-4qp":
-			fn = func(b bench, n int) error { return gosiwStreams(b, n, fs, rdmap.WRWrite, c.Size, depth) }
+			fn = func(b bench, n int) error { return gosiwStreams(b, n, fs, rdmap.WRWrite, c.Size, sqDepth) }
 		case "read":
 			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRRead, c.Size, readDepth) }
 		case "send":

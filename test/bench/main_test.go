@@ -65,11 +65,11 @@ func TestWorkloads(t *testing.T) {
 				name string
 				fn   func(n int) error
 			}{
-				{"write", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRWrite, size, depth) }},
+				{"write", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRWrite, size, sqDepth) }},
 				{"read", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRRead, size, readDepth) }},
 				{"send", func(n int) error { return gosiwSend(nopBench{}, n, f, size) }},
 				{"pingpong", func(n int) error { return gosiwPingPong(nopBench{}, n, f, size) }},
-				{"write-4qp", func(n int) error { return gosiwStreams(nopBench{}, n, fs, rdmap.WRWrite, size, depth) }},
+				{"write-4qp", func(n int) error { return gosiwStreams(nopBench{}, n, fs, rdmap.WRWrite, size, sqDepth) }},
 			} {
 				// Runs of one request, of a list and a part, and (small
 				// sizes) past the SQ's and the receives' depth.
