@@ -355,7 +355,7 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		b := w.batch[s : c+CRCLen]
 		binary.BigEndian.PutUint16(b, uint16(ulen))
 		copy(b[LengthFieldLen+copy(b[LengthFieldLen:], hdr):], payload)
-		clear(b[LengthFieldLen+ulen : c-s])
+		binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
 		w.fpduStart, w.ulpduLen = w.pos, ulen
 		w.fpduCRC = UpdateCRC(0, b[:c-s])
 		binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
@@ -381,7 +381,9 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 	b := w.scratch[s:e]
 	binary.BigEndian.PutUint16(b, uint16(ulen))
 	copy(b[LengthFieldLen+copy(b[LengthFieldLen:], hdr):], payload)
-	clear(b[LengthFieldLen+ulen:]) // pad and the zero CRC field
+	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
+	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
 	w.scratch = w.scratch[:e]
 	w.putScratch(s)
 	w.fpdus++
