@@ -22,13 +22,15 @@ import (
 //	PostSend ──> SQ ring ──┐        rx: Read/Atomic Requests ──> IRQ ──┐
 //	                       v                                          v
 //	        txPick: IRQ first (at most irqMaxBurst in a row while the SQ has
-//	        work, siw's SIW_IRQ_MAXBURST_SQ_ACTIVE), then the SQ in order;
-//	        Fence and ORD credits stall the SQ, never the IRQ
+//	        work, siw's SIW_IRQ_MAXBURST_SQ_ACTIVE), then the SQ in order, a
+//	        run of work requests started under one hold of sqMu; Fence and
+//	        ORD credits stall the SQ, never the IRQ
 //	                       │
 //	        emit: messages cut into DDP segments of at most MULPDU, each an
 //	        FPDU in the mpa.Writer's batch (headers in scratch, payload from
 //	        MRs; with CRC everything copied into one batch buffer, CRC over
-//	        the copy)
+//	        the copy); a run's one-FPDU Sends and Writes in one loop
+//	        (txEmitSmall)
 //	                       │
 //	        flush: one writev (or write) per batch; then the batch's Sends, Writes and
 //	        Local Invalidates complete, in SQ order (Reads and atomics
