@@ -87,7 +87,9 @@ func testRunFenceInList(t *testing.T, o *rdmaptest.Options) {
 	if !bytes.Equal(rbuf.Bytes(), p) {
 		t.Fatalf("the Send after the fence carried %q..., not the Read's data", rbuf.Bytes()[:8])
 	}
-	for _, k := range []int{1, 2, 3, 5} {
+	// The Writes before the Send have landed (the receive completion
+	// says so); the last one need not have yet.
+	for _, k := range []int{1, 2, 3} {
 		if !bytes.Equal(remote[k*n:(k+1)*n], src.Bytes()[:n]) {
 			t.Fatalf("Write to block %d did not land", k)
 		}
