@@ -148,10 +148,11 @@ type txEngine struct {
 	sgeOff      uint32   // bytes of that SGE queued
 	irqBurst    int      // responses started in a row while the SQ had work
 	// The run (txPick): the work requests started under one hold of
-	// sqMu, in SQ order, run[runHead] the job (wrIdx its SQ index), the
-	// rest started and waiting for it, up to run[runLen-1].
-	run             [txRunMax]*sqEntry
-	runHead, runLen int
+	// sqMu, SQ indices wrIdx (the job) up to runEnd-1, the rest started
+	// and waiting for the job. finishWR takes the next one's slot
+	// without sqMu: the engine started it under sqMu, and a live entry's
+	// slot never moves (ring.go).
+	runEnd uint64
 
 	// Memory references: refs[refsHead:] (in *refsp, from refPool while
 	// not empty) are the references of started work requests, in SQ
@@ -214,8 +215,7 @@ func (t *txEngine) release() {
 	t.w.Release()
 	t.dropReleases()
 	t.dropRefs(true)
-	clear(t.run[:])
-	t.runHead, t.runLen = 0, 0
+	t.runEnd = 0
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
 	t.resp = irqEntry{}
@@ -671,10 +671,10 @@ func (qp *QP) txPick() bool {
 		qp.txAbandon(e, idx, status)
 		return false
 	}
-	t.run[0], t.runHead, t.runLen = e, 0, 1
 	if runOp(e.op) {
-		qp.txExtendRunLocked(uint64(e.length))
+		qp.txExtendRunLocked(idx, uint64(e.length))
 	}
+	t.runEnd = qp.sqNext
 	qp.sqMu.Unlock()
 	t.job = jobSQ
 	t.startJob(e, idx)
@@ -692,14 +692,15 @@ func runOp(op WROpcode) bool {
 	return false
 }
 
-// txExtendRunLocked starts the work requests after the run's first, in
-// SQ order, while they are runnable run ops whose start succeeds, up to
-// txRunMax of them and txRunBytes of payload (bytes so far).
+// txExtendRunLocked starts the work requests after the run's first (SQ
+// index first), in SQ order, while they are runnable run ops whose start
+// succeeds, up to txRunMax of them and txRunBytes of payload (bytes so
+// far).
 //
 // +checklocks:qp.sqMu
-func (qp *QP) txExtendRunLocked(bytes uint64) {
+func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	t := &qp.tx
-	for t.runLen < txRunMax && bytes < txRunBytes && qp.sqNext != qp.sq.tail {
+	for qp.sqNext-first < txRunMax && bytes < txRunBytes && qp.sqNext != qp.sq.tail {
 		e := qp.sq.at(qp.sqNext)
 		if !runOp(e.op) || (e.fence && !qp.orq.empty()) { // sqRunnableLocked's rule for run ops
 			return
@@ -721,8 +722,6 @@ func (qp *QP) txExtendRunLocked(bytes uint64) {
 		}
 		e.state = sqActive
 		qp.sqNext++
-		t.run[t.runLen] = e
-		t.runLen++
 		bytes += uint64(e.length)
 	}
 }
@@ -957,13 +956,10 @@ func sendOpcode(e *sqEntry) wire.Opcode {
 // request of the run, if any, becomes the job.
 func (t *txEngine) finishWR() {
 	t.queuedUpTo = t.wrIdx + 1
-	t.run[t.runHead] = nil
-	t.runHead++
-	if t.runHead < t.runLen {
-		t.startJob(t.run[t.runHead], t.wrIdx+1)
+	if next := t.wrIdx + 1; next < t.runEnd {
+		t.startJob(t.qp.sq.at(next), next) // started under sqMu: see runEnd
 		return
 	}
-	t.runHead, t.runLen = 0, 0
 	t.job, t.wr = jobNone, nil
 }
 
