@@ -354,7 +354,8 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		c := s + LengthFieldLen + ulen + PadLen(ulen)
 		b := w.batch[s : c+CRCLen]
 		binary.BigEndian.PutUint16(b, uint16(ulen))
-		copy(b[LengthFieldLen+copy(b[LengthFieldLen:], hdr):], payload)
+		putHeader(b[LengthFieldLen:], hdr)
+		copy(b[LengthFieldLen+len(hdr):], payload)
 		binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
 		w.fpduStart, w.ulpduLen = w.pos, ulen
 		w.fpduCRC = UpdateCRC(0, b[:c-s])
@@ -380,13 +381,28 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen
 	b := w.scratch[s:e]
 	binary.BigEndian.PutUint16(b, uint16(ulen))
-	copy(b[LengthFieldLen+copy(b[LengthFieldLen:], hdr):], payload)
+	putHeader(b[LengthFieldLen:], hdr)
+	copy(b[LengthFieldLen+len(hdr):], payload)
 	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
 	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
 	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
 	w.scratch = w.scratch[:e]
 	w.putScratch(s)
 	w.fpdus++
+}
+
+// putHeader copies hdr to the start of b (which has room for it): the
+// DDP headers of the data path (14 bytes tagged, 18 untagged) as
+// fixed-size moves the compiler writes in line, anything else with copy.
+func putHeader(b, hdr []byte) {
+	switch len(hdr) {
+	case 14:
+		*(*[14]byte)(b) = [14]byte(hdr)
+	case 18:
+		*(*[18]byte)(b) = [18]byte(hdr)
+	default:
+		copy(b, hdr)
+	}
 }
 
 // emit adds p to the batch, inserting markers where the stream reaches

@@ -996,6 +996,14 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 }
 
 func (qp *QP) validateSend(wr *SendWR) error {
+	if (wr.Op == WRSend || wr.Op == WRWrite) && wr.InlineData == nil && len(wr.SGL) == 1 {
+		// The common request, as the checks below take it: one SGE
+		// (MaxSendSGE is at least 1), whose length fits the total.
+		if wr.SGL[0].MR == nil {
+			return ErrInvalidSGE
+		}
+		return nil
+	}
 	if wr.Op > WRBindMW {
 		return ErrInvalidWR
 	}
