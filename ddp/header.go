@@ -177,25 +177,56 @@ func control(tagged, last bool, version uint8) byte {
 
 // AppendTagged appends an encoded tagged header to b.
 func AppendTagged(b []byte, f *TaggedFields) []byte {
-	b = append(b, control(true, f.Last, f.Version), f.RsvdULP)
-	b = binary.BigEndian.AppendUint32(b, uint32(f.STag))
-	return binary.BigEndian.AppendUint64(b, f.TO)
+	b, h := grow(b, TaggedHeaderLen)
+	putTagged((*[TaggedHeaderLen]byte)(h), f)
+	return b
 }
 
 // AppendUntagged appends an encoded untagged header to b.
 func AppendUntagged(b []byte, f *UntaggedFields) []byte {
-	b = append(b, control(false, f.Last, f.Version), f.RsvdULP)
-	b = binary.BigEndian.AppendUint32(b, f.RsvdULP32)
-	b = binary.BigEndian.AppendUint32(b, f.QN)
-	b = binary.BigEndian.AppendUint32(b, f.MSN)
-	return binary.BigEndian.AppendUint32(b, f.MO)
+	b, h := grow(b, UntaggedHeaderLen)
+	putUntagged((*[UntaggedHeaderLen]byte)(h), f)
+	return b
 }
 
-// PutTagged encodes a tagged header into h[:TaggedHeaderLen].
-func PutTagged(h []byte, f *TaggedFields) { AppendTagged(h[:0], f) }
+// PutTagged encodes a tagged header into h[:TaggedHeaderLen]; h must
+// have at least that length (it panics otherwise).
+func PutTagged(h []byte, f *TaggedFields) { putTagged((*[TaggedHeaderLen]byte)(h), f) }
 
-// PutUntagged encodes an untagged header into h[:UntaggedHeaderLen].
-func PutUntagged(h []byte, f *UntaggedFields) { AppendUntagged(h[:0], f) }
+// PutUntagged encodes an untagged header into h[:UntaggedHeaderLen]; h
+// must have at least that length (it panics otherwise).
+func PutUntagged(h []byte, f *UntaggedFields) { putUntagged((*[UntaggedHeaderLen]byte)(h), f) }
+
+// grow extends b by n bytes (reallocating only when its capacity is
+// short) and returns it with the n new bytes, whose contents are
+// undefined.
+func grow(b []byte, n int) ([]byte, []byte) {
+	l := len(b)
+	if cap(b)-l < n {
+		b = append(b, make([]byte, n)...)
+	} else {
+		b = b[:l+n]
+	}
+	return b, b[l:]
+}
+
+// putTagged and putUntagged write every byte of a header: the fixed-size
+// array lets the compiler drop the bounds checks of each field.
+func putTagged(h *[TaggedHeaderLen]byte, f *TaggedFields) {
+	h[controlOffset] = control(true, f.Last, f.Version)
+	h[rsvdULPOffset] = f.RsvdULP
+	binary.BigEndian.PutUint32(h[stagOffset:], uint32(f.STag))
+	binary.BigEndian.PutUint64(h[toOffset:], f.TO)
+}
+
+func putUntagged(h *[UntaggedHeaderLen]byte, f *UntaggedFields) {
+	h[controlOffset] = control(false, f.Last, f.Version)
+	h[rsvdULPOffset] = f.RsvdULP
+	binary.BigEndian.PutUint32(h[rsvdULP2Offset:], f.RsvdULP32)
+	binary.BigEndian.PutUint32(h[qnOffset:], f.QN)
+	binary.BigEndian.PutUint32(h[msnOffset:], f.MSN)
+	binary.BigEndian.PutUint32(h[moOffset:], f.MO)
+}
 
 // NextSegment cuts a message of total bytes into DDP segments of at most
 // maxPayload payload bytes (the MULPDU less the header, RFC 5041 §5.2).

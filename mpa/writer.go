@@ -351,13 +351,16 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		// reserved the room) and the CRC computed over that copy.
 		w.takeBuf()
 		s := len(w.batch)
-		w.batch = binary.BigEndian.AppendUint16(w.batch, uint16(ulen))
-		w.batch = append(w.batch, hdr...)
-		w.batch = append(w.batch, payload...)
-		w.batch = append(w.batch, zeroPad[:PadLen(ulen)]...)
+		c := s + LengthFieldLen + ulen + PadLen(ulen)
+		b := w.batch[s : c+CRCLen]
+		binary.BigEndian.PutUint16(b, uint16(ulen))
+		putHeader(b[LengthFieldLen:], hdr)
+		copy(b[LengthFieldLen+len(hdr):], payload)
+		binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
 		w.fpduStart, w.ulpduLen = w.pos, ulen
-		w.fpduCRC = UpdateCRC(0, w.batch[s:])
-		w.batch = binary.LittleEndian.AppendUint32(w.batch, w.fpduCRC) // PutCRC's order
+		w.fpduCRC = UpdateCRC(0, b[:c-s])
+		binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
+		w.batch = w.batch[:c+CRCLen]
 		n := len(w.batch) - s
 		w.pos += uint64(n)
 		w.batchBytes += n
@@ -371,17 +374,35 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		return
 	}
 	// Room left the capacity: the spare bytes for the payload, 8 for the
-	// pad and the CRC field.
+	// pad and the CRC field. Written in place, one slice of scratch.
 	w.spare -= len(payload)
 	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
 	s := len(w.scratch)
-	w.scratch = binary.BigEndian.AppendUint16(w.scratch, uint16(ulen))
-	w.scratch = append(w.scratch, hdr...)
-	w.scratch = append(w.scratch, payload...)
-	w.scratch = append(w.scratch, zeroPad[:PadLen(ulen)]...)
-	w.scratch = append(w.scratch, zeroPad[:CRCLen]...)
+	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen
+	b := w.scratch[s:e]
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	putHeader(b[LengthFieldLen:], hdr)
+	copy(b[LengthFieldLen+len(hdr):], payload)
+	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
+	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
+	w.scratch = w.scratch[:e]
 	w.putScratch(s)
 	w.fpdus++
+}
+
+// putHeader copies hdr to the start of b (which has room for it): the
+// DDP headers of the data path (14 bytes tagged, 18 untagged) as
+// fixed-size moves the compiler writes in line, anything else with copy.
+func putHeader(b, hdr []byte) {
+	switch len(hdr) {
+	case 14:
+		*(*[14]byte)(b) = [14]byte(hdr)
+	case 18:
+		*(*[18]byte)(b) = [18]byte(hdr)
+	default:
+		copy(b, hdr)
+	}
 }
 
 // emit adds p to the batch, inserting markers where the stream reaches

@@ -224,6 +224,13 @@ type QP struct {
 	// the first inline post under sqMu, before the entry that uses it is
 	// pushed: the send engine reads it for entries it took under sqMu.
 	inline []byte
+	// sqSGL holds the SGEs after the first, MaxSendSGE-1 per SQ slot,
+	// and sqExt the operands sqEntry has no room for, one per slot;
+	// each is allocated under sqMu by the first post that needs it, as
+	// inline is, and read by the send engine for entries it took under
+	// sqMu.
+	sqSGL []SGE
+	sqExt []sqExt
 	// orq holds the outstanding Reads and atomics (limit: the ORD), irq
 	// the inbound Read and Atomic Requests to answer (limit: the IRD);
 	// Start makes both.
@@ -245,30 +252,42 @@ type QP struct {
 	stats qpCounters
 }
 
-// sqEntry is a posted send work request.
+// sqEntry is a posted send work request: what every request carries,
+// in one cache line (64 bytes), so that posting, starting, framing and
+// completing a small request each touch one line of the SQ. What only
+// some requests carry lives beside the ring, per slot (QP.sqSGL, the
+// SGEs after the first; QP.sqExt, the operands of Immediate Data,
+// atomics, fast registrations and window binds), allocated the first
+// time a request needs it.
 type sqEntry struct {
-	id        uint64
-	op        WROpcode
-	signaled  bool
-	solicited bool
-	fence     bool
-	inline    bool
-	nsge      uint8
-	sgl       [MaxSGE]SGE
-	length    uint32 // total payload (or Read size)
-	remote    Remote
-	invSTag   STag
-	mem       MemOp // WRRegMR, WRBindMW
-	imm       uint64
-	cmpAdd    uint64
-	swap      uint64
-	addMask   uint64
-	cmpMask   uint64
-	swapMask  uint64
-
+	id      uint64
+	length  uint32 // total payload (or Read size)
+	invSTag STag
+	remote  Remote
+	sge0    SGE // the first SGE (nsge > 0); the rest in QP.sqSGL
+	op      WROpcode
+	nsge    uint8
 	// +checklocks:sqMu
-	state  sqState
-	status WCStatus
+	state                              sqState
+	status                             WCStatus
+	signaled, solicited, fence, inline bool
+}
+
+// sqExt holds the operands of a work request that sqEntry has no room
+// for, per SQ slot (QP.sqExt).
+type sqExt struct {
+	mem                                      MemOp // WRRegMR, WRBindMW
+	imm                                      uint64
+	cmpAdd, swap, addMask, cmpMask, swapMask uint64
+}
+
+// needsExt reports whether a work request of op has operands in sqExt.
+func needsExt(op WROpcode) bool {
+	switch op {
+	case WRWriteImm, WRImmData, WRFetchAdd, WRCmpSwap, WRRegMR, WRBindMW:
+		return true
+	}
+	return false
 }
 
 type sqState uint8
@@ -721,10 +740,10 @@ func (qp *QP) sweepLocked() bool {
 				ok = false
 			}
 		}
-		for i := range e.nsge {
-			e.sgl[i].MR = nil
+		e.sge0.MR = nil
+		if e.nsge > 1 || e.op == WRRegMR || e.op == WRBindMW {
+			qp.sqClearSlot(e, qp.sq.slot(qp.sq.head))
 		}
-		e.mem = MemOp{}
 		qp.sq.pop()
 	}
 	if pushed {
@@ -732,6 +751,20 @@ func (qp *QP) sweepLocked() bool {
 		qp.scq.wake()
 	}
 	return ok
+}
+
+// sqClearSlot drops the references the side arrays of SQ slot slot hold
+// for its completed work request e (its SGEs after the first, a fast
+// registration's or bind's operands), so that they keep nothing alive.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sqClearSlot(e *sqEntry, slot int) {
+	for i := 1; i < int(e.nsge); i++ {
+		qp.sqSGE(e, slot, i).MR = nil
+	}
+	if e.op == WRRegMR || e.op == WRBindMW {
+		qp.sqExt[slot].mem = MemOp{}
+	}
 }
 
 // orqFront returns the oldest outstanding Read or atomic, the one the
@@ -832,18 +865,22 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 	e.id, e.op = wr.ID, wr.Op
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
-	e.remote, e.invSTag, e.imm = wr.Remote, wr.InvalidateSTag, wr.Imm
-	if wr.Op == WRRegMR || wr.Op == WRBindMW {
-		e.mem = wr.Mem // the only ops that read it; sweepLocked zeroes it for the rest
-	}
-	e.cmpAdd, e.swap = wr.CompareAdd, wr.Swap
-	e.addMask, e.cmpMask, e.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
-	if e.op == WRCmpSwap {
-		if e.cmpMask == 0 {
-			e.cmpMask = ^uint64(0)
+	e.remote, e.invSTag = wr.Remote, wr.InvalidateSTag
+	if needsExt(wr.Op) {
+		x := qp.extSlot(slot)
+		x.imm = wr.Imm
+		x.cmpAdd, x.swap = wr.CompareAdd, wr.Swap
+		x.addMask, x.cmpMask, x.swapMask = wr.AddMask, wr.CompareMask, wr.SwapMask
+		if wr.Op == WRCmpSwap {
+			if x.cmpMask == 0 {
+				x.cmpMask = ^uint64(0)
+			}
+			if x.swapMask == 0 {
+				x.swapMask = ^uint64(0)
+			}
 		}
-		if e.swapMask == 0 {
-			e.swapMask = ^uint64(0)
+		if wr.Op == WRRegMR || wr.Op == WRBindMW {
+			x.mem = wr.Mem // the only ops that read it; sweepLocked zeroes it
 		}
 	}
 	e.inline = false
@@ -857,16 +894,53 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 		}
 		n := copy(qp.inline[slot*qp.cfg.MaxInline:], wr.InlineData)
 		total = uint64(n)
-	} else {
-		for i := range wr.SGL {
-			e.sgl[i] = wr.SGL[i]
-			total += uint64(wr.SGL[i].Length)
+	} else if n := len(wr.SGL); n > 0 {
+		e.sge0 = wr.SGL[0]
+		total = uint64(wr.SGL[0].Length)
+		if n > 1 {
+			rest := qp.sglSlot(slot)
+			for i := 1; i < n; i++ {
+				rest[i-1] = wr.SGL[i]
+				total += uint64(wr.SGL[i].Length)
+			}
 		}
-		e.nsge = uint8(len(wr.SGL))
+		e.nsge = uint8(n)
 	}
 	e.length = uint32(total)
 	e.state, e.status = sqPosted, WCSuccess
 	return e
+}
+
+// extSlot returns the sqExt of SQ slot slot, allocating QP.sqExt at its
+// first use.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) extSlot(slot int) *sqExt {
+	if qp.sqExt == nil {
+		qp.sqExt = make([]sqExt, qp.sq.slots())
+	}
+	return &qp.sqExt[slot]
+}
+
+// sglSlot returns the SGEs after the first of SQ slot slot
+// (MaxSendSGE-1 of them), allocating QP.sqSGL at its first use.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sglSlot(slot int) []SGE {
+	k := qp.cfg.MaxSendSGE - 1
+	if qp.sqSGL == nil {
+		qp.sqSGL = make([]SGE, qp.sq.slots()*k)
+	}
+	return qp.sqSGL[slot*k : slot*k+k]
+}
+
+// sqSGE returns SGE i of the work request e in SQ slot slot.
+func (qp *QP) sqSGE(e *sqEntry, slot, i int) *SGE {
+	if i == 0 {
+		return &e.sge0
+	}
+	k := qp.cfg.MaxSendSGE - 1
+	return &qp.sqSGL[slot*k+i-1]
 }
 
 // PostSends posts the send work requests wrs in order, as the verbs'
@@ -885,10 +959,15 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 // with WCWRFlushErr, as with PostSend. PostSends does not allocate;
 // wrs and their slices may be reused as soon as it returns (see SendWR).
 func (qp *QP) PostSends(wrs []SendWR) (int, error) {
-	valid, verr := validPrefix(wrs, qp.validateSend)
-	if valid == 0 {
-		return 0, verr
+	// The first request is checked before the lock (its error comes
+	// first, as PostSend's), the others as they are copied, in one pass.
+	if len(wrs) == 0 {
+		return 0, nil
 	}
+	if err := qp.validateSend(&wrs[0]); err != nil {
+		return 0, err
+	}
+	var verr error
 	qp.sqMu.Lock()
 	if qp.sqMode == postRefuse {
 		qp.sqMu.Unlock()
@@ -900,7 +979,12 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	}
 	flush, ok := qp.sqMode == postFlush, true
 	n := 0
-	for ; n < valid; n++ {
+	for ; n < len(wrs); n++ {
+		if n > 0 {
+			if verr = qp.validateSend(&wrs[n]); verr != nil {
+				break
+			}
+		}
 		if qp.sq.full() && flush {
 			// Each flushed request completes at once, as with PostSend.
 			ok = qp.sweepLocked() && ok
@@ -934,6 +1018,14 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 }
 
 func (qp *QP) validateSend(wr *SendWR) error {
+	if (wr.Op == WRSend || wr.Op == WRWrite) && wr.InlineData == nil && len(wr.SGL) == 1 {
+		// The common request, as the checks below take it: one SGE
+		// (MaxSendSGE is at least 1), whose length fits the total.
+		if wr.SGL[0].MR == nil {
+			return ErrInvalidSGE
+		}
+		return nil
+	}
 	if wr.Op > WRBindMW {
 		return ErrInvalidWR
 	}

@@ -98,10 +98,10 @@ func TestRefsBalance(t *testing.T) {
 	}
 }
 
-// TestRefsBorrowed: work requests from one region share the batch's
-// reference on it (borrowRef), also one that is written across several
-// batches after small ones (ownJobRefs): the data arrives whole and the
-// region ends with only its registration reference.
+// TestRefsBorrowed: work requests from one region share one reference on
+// it (txRef), also one that is written across several batches after
+// small ones: the data arrives whole and the region ends with only its
+// registration reference.
 func TestRefsBorrowed(t *testing.T) {
 	dev, _ := NewDevice(nil)
 	defer dev.Close()
@@ -179,11 +179,13 @@ func TestRefsBorrowed(t *testing.T) {
 	}
 }
 
-// TestBorrowedRefSpill walks the send engine's references through a
-// batch: the first request from a region takes a reference, the next
-// borrows the batch's; when the batch is written before the borrower is
-// wholly queued, the borrower gets a reference of its own first, so the
-// region never counts fewer references than requests in flight.
+// TestBorrowedRefSpill walks the send engine's references through
+// batches: the first request from a region takes a reference, the ones
+// after it from the same region share it; a write drops it only once
+// every request sharing it is wholly written, so a request queued
+// across a write keeps it, and the region never counts fewer references
+// than requests in flight. A request from another region in between
+// takes its own, and the next one from the first region a new one.
 func TestBorrowedRefSpill(t *testing.T) {
 	dev, _ := NewDevice(nil)
 	defer dev.Close()
@@ -195,51 +197,69 @@ func TestBorrowedRefSpill(t *testing.T) {
 	}
 	defer qp.Close()
 	mr, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
+	other, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
 	tx := &qp.tx
-	start := func(idx uint64) {
+	start := func(idx uint64, sgl ...SGE) {
 		t.Helper()
-		e := &sqEntry{op: WRWrite, nsge: 2}
-		e.sgl[0], e.sgl[1] = mr.SGE(0, 64), mr.SGE(64, 64)
+		e := &sqEntry{op: WRWrite, nsge: uint8(len(sgl)), sge0: sgl[0]}
 		qp.sqMu.Lock()
+		copy(qp.sglSlot(qp.sq.slot(idx)), sgl[1:])
 		st := qp.txStartLocked(e, idx)
 		qp.sqMu.Unlock()
 		if st != WCSuccess {
 			t.Fatalf("txStartLocked: %v", st)
 		}
 	}
-	refs := func(want int64, when string) {
+	queued := func(idx uint64) { tx.queuedUpTo = idx + 1 } // finishWR's part
+	refs := func(m *MR, want int64, when string) {
 		t.Helper()
-		if r := mr.refs.Load(); r != want {
+		if r := m.refs.Load(); r != want {
 			t.Fatalf("%s: %d references, want %d", when, r, want)
 		}
 	}
-	start(0)
-	refs(3, "first request, two SGEs, empty batch")
-	tx.finishWR()
-	start(1)
-	refs(3, "second request, borrowing")
-	tx.finishWR()
-	tx.dropReleases()
-	refs(1, "batch written after both were queued")
+	start(0, mr.SGE(0, 64), mr.SGE(64, 64))
+	refs(mr, 2, "first request, two SGEs of one region")
+	queued(0)
+	start(1, mr.SGE(128, 64))
+	refs(mr, 2, "second request, sharing")
+	queued(1)
+	tx.written()
+	refs(mr, 1, "batch written after both were queued")
 
-	start(2)
-	tx.finishWR()
-	start(3)
-	refs(3, "borrowing again")
-	tx.ownJobRefs() // the batch is written with request 3 partly queued
-	tx.dropReleases()
-	refs(3, "batch written, request 3 in flight")
-	tx.finishWR()
-	tx.dropReleases()
-	refs(1, "request 3 written")
+	start(2, mr.SGE(0, 64))
+	queued(2)
+	start(3, mr.SGE(0, 64))
+	refs(mr, 2, "sharing again")
+	tx.written() // the batch is written with request 3 partly queued
+	refs(mr, 2, "batch written, request 3 in flight")
+	queued(3)
+	tx.written()
+	refs(mr, 1, "request 3 written")
 
-	start(4)
-	tx.finishWR()
-	start(5)
-	tx.dropJobRefs() // request 5 abandoned
-	refs(3, "borrower abandoned")
-	tx.dropReleases()
-	refs(1, "all dropped")
+	start(4, mr.SGE(0, 64))
+	start(5, other.SGE(0, 64))
+	start(6, mr.SGE(0, 64), other.SGE(0, 64))
+	refs(mr, 3, "a stretch from the first region, another, the first again")
+	refs(other, 3, "the second region's stretch, then the second SGE of request 6")
+	queued(5)
+	tx.written()
+	refs(mr, 2, "requests 4 and 5 written")
+	refs(other, 2, "requests 4 and 5 written")
+	queued(6)
+	tx.written()
+	refs(mr, 1, "all written")
+	refs(other, 1, "all written")
+
+	start(7, mr.SGE(0, 64))
+	queued(7)
+	start(8, mr.SGE(0, 64))
+	tx.queuedUpTo = 9 // request 8 abandoned (txAbandon)
+	refs(mr, 2, "abandoned request sharing")
+	tx.written()
+	refs(mr, 1, "all dropped")
+	if tx.refsp != nil || len(tx.refs) != 0 {
+		t.Errorf("reference list kept after the last drop: %d entries", len(tx.refs))
+	}
 }
 
 // newRefsQP returns a PD, a QP in it with the given queue depths and

@@ -1,6 +1,9 @@
 package rdmap
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 func TestRingSize(t *testing.T) {
 	for _, c := range []struct{ limit, slots int }{
@@ -86,5 +89,14 @@ func TestRingAllocs(t *testing.T) {
 		}
 	}); a != 0 {
 		t.Errorf("%v allocs", a)
+	}
+}
+
+// TestSQEntryLine: a send work request's entry stays one cache line, so
+// that posting, starting, framing and completing a small request each
+// touch one line of the SQ (the rest lives in QP.sqSGL and QP.sqExt).
+func TestSQEntryLine(t *testing.T) {
+	if n := unsafe.Sizeof(sqEntry{}); n > 64 {
+		t.Errorf("sqEntry is %d bytes, more than a 64-byte cache line", n)
 	}
 }

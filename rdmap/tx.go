@@ -22,13 +22,15 @@ import (
 //	PostSend ──> SQ ring ──┐        rx: Read/Atomic Requests ──> IRQ ──┐
 //	                       v                                          v
 //	        txPick: IRQ first (at most irqMaxBurst in a row while the SQ has
-//	        work, siw's SIW_IRQ_MAXBURST_SQ_ACTIVE), then the SQ in order;
-//	        Fence and ORD credits stall the SQ, never the IRQ
+//	        work, siw's SIW_IRQ_MAXBURST_SQ_ACTIVE), then the SQ in order, a
+//	        run of work requests started under one hold of sqMu; Fence and
+//	        ORD credits stall the SQ, never the IRQ
 //	                       │
 //	        emit: messages cut into DDP segments of at most MULPDU, each an
 //	        FPDU in the mpa.Writer's batch (headers in scratch, payload from
 //	        MRs; with CRC everything copied into one batch buffer, CRC over
-//	        the copy)
+//	        the copy); a run's one-FPDU Sends and Writes in one loop
+//	        (txEmitSmall)
 //	                       │
 //	        flush: one writev (or write) per batch; then the batch's Sends, Writes and
 //	        Local Invalidates complete, in SQ order (Reads and atomics
@@ -45,18 +47,44 @@ const maxCtrlHdr = 18 + 64
 // The send engine's buffers: the FPDU writer's batch buffers with CRC
 // (sendBufPool) and its scratch arena and iovec array (package mpa's
 // pool), which the writer takes when a batch gets its first FPDU and
-// gives back when the batch is written (or the QP ends), and the batch's
-// list of memory references to drop after the write (releasePool), taken
-// with the first reference and given back once they are dropped: the
-// buffers in use are bounded by the batches being written at once, and
-// an idle QP holds none.
+// gives back when the batch is written (or the QP ends), and the lists of
+// memory references to drop after a write (refPool for work requests,
+// releasePool for Read Responses), taken with the first reference and
+// given back once they are dropped: the buffers in use are bounded by
+// the batches being written at once, and an idle QP holds none.
 var (
 	sendBufPool = bufpool.New(mpa.WriterBufLen)
+	refPool     = sync.Pool{New: func() any {
+		s := make([]txRef, 0, 64)
+		return &s
+	}}
 	releasePool = sync.Pool{New: func() any {
-		s := make([]*MR, 0, 2*mpa.WriterMaxIOV)
+		s := make([]*MR, 0, 16)
 		return &s
 	}}
 )
+
+// Bounds of a run, the work requests txPick starts under one hold of
+// QP.sqMu: at most txRunMax, and no more once they carry txRunBytes of
+// payload (a Response that arrives meanwhile waits for the run to be
+// queued, so the run stays short in bytes as in requests).
+const (
+	txRunMax   = 64
+	txRunBytes = 64 << 10
+)
+
+// txRef is a reference the send engine holds on a region that started
+// work requests send from: taken (MR.acquire) by the first of a stretch
+// of them that read the region, in SQ order, and shared by the rest of
+// the stretch, which only move upTo, so that a stream of requests from
+// one region costs one atomic increment and decrement per batch, not per
+// request. It drops once every work request before upTo is wholly
+// written (written: queuedUpTo >= upTo after a write), so a request
+// split across batches keeps its memory until its last byte is out.
+type txRef struct {
+	mr   *MR
+	upTo uint64
+}
 
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
 // engine appends, the receive engine matches responses at the head.
@@ -118,20 +146,29 @@ type txEngine struct {
 	msgOff      uint32   // bytes of the current message queued
 	sge         int      // the SGE the payload continues in
 	sgeOff      uint32   // bytes of that SGE queued
-	jobRefs     [MaxSGE]*MR
-	njobRefs    int // references the current work request holds (jobRefs[:njobRefs])
-	// jobBorrowed marks (bit i) the jobRefs[i] taken without a reference
-	// of their own: the batch being filled already holds one on that
-	// region until it is written (see borrowRef).
-	jobBorrowed uint32
-	irqBurst    int // responses started in a row while the SQ had work
+	irqBurst    int      // responses started in a row while the SQ had work
+	// The run (txPick): the work requests started under one hold of
+	// sqMu, SQ indices wrIdx (the job) up to runEnd-1, the rest started
+	// and waiting for the job. finishWR takes the next one's slot
+	// without sqMu: the engine started it under sqMu, and a live entry's
+	// slot never moves (ring.go).
+	runEnd uint64
+
+	// Memory references: refs[refsHead:] (in *refsp, from refPool while
+	// not empty) are the references of started work requests, in SQ
+	// order (see txRef); releases (in *releasesp, from releasePool) the
+	// references of queued Read Responses. Both drop once the batch
+	// holding their bytes is written (written).
+	refs     []txRef
+	refsp    *[]txRef
+	refsHead int
 
 	// Completion: work requests before queuedUpTo are wholly in the
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	releases                  []*MR  // references to drop once the batch is written, in *releasesp
-	releasesp                 *[]*MR // from releasePool while releases is not empty
+	releases                  []*MR
+	releasesp                 *[]*MR
 
 	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
 	// connection a restarted one writes to; whether txGate has opened.
@@ -177,7 +214,8 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 func (t *txEngine) release() {
 	t.w.Release()
 	t.dropReleases()
-	t.dropJobRefs()
+	t.dropRefs(true)
+	t.runEnd = 0
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
 	t.resp = irqEntry{}
@@ -200,6 +238,49 @@ func (t *txEngine) dropReleases() {
 	*t.releasesp = t.releases[:0]
 	releasePool.Put(t.releasesp)
 	t.releasesp, t.releases = nil, nil
+}
+
+// written drops what a write of the batch (of every work request before
+// queuedUpTo) lets go: the queued Responses' references and those of the
+// work requests wholly written.
+func (t *txEngine) written() {
+	t.dropReleases()
+	t.dropRefs(false)
+}
+
+// takeRef makes the work request at SQ index idx hold a reference on mr
+// (see txRef): it shares the last one when that is on mr, else acquires
+// one. It reports false when mr cannot be acquired (deregistered and
+// idle).
+func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
+	if n := len(t.refs); n > t.refsHead && t.refs[n-1].mr == mr {
+		t.refs[n-1].upTo = idx + 1
+		return true
+	}
+	if !mr.acquire() {
+		return false
+	}
+	if t.refsp == nil {
+		t.refsp = refPool.Get().(*[]txRef)
+		t.refs = (*t.refsp)[:0]
+	}
+	t.refs = append(t.refs, txRef{mr: mr, upTo: idx + 1})
+	return true
+}
+
+// dropRefs releases the references of the work requests wholly written
+// (upTo <= queuedUpTo), or all of them.
+func (t *txEngine) dropRefs(all bool) {
+	for t.refsHead < len(t.refs) && (all || t.refs[t.refsHead].upTo <= t.queuedUpTo) {
+		t.refs[t.refsHead].mr.release()
+		t.refs[t.refsHead] = txRef{}
+		t.refsHead++
+	}
+	if t.refsp != nil && t.refsHead == len(t.refs) {
+		*t.refsp = t.refs[:0]
+		refPool.Put(t.refsp)
+		t.refsp, t.refs, t.refsHead = nil, nil, 0
+	}
 }
 
 // addRelease adds a reference to drop once the batch is written.
@@ -489,7 +570,10 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			if t.job == jobNone && !qp.txPick() {
 				break
 			}
-			if !qp.txEmit() {
+			if !qp.txEmitSmall() {
+				break
+			}
+			if t.job != jobNone && !qp.txEmit() {
 				break
 			}
 		}
@@ -510,8 +594,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 			qp.stats.txFPDUs.Add(uint64(fpdus))
 		}
 	}
-	t.ownJobRefs() // before the batch's references drop
-	t.dropReleases()
+	t.written()
 	if err != nil {
 		return sent, err
 	}
@@ -547,8 +630,23 @@ func awaitsResponse(op WROpcode) bool {
 	return op == WRRead || op == WRFetchAdd || op == WRCmpSwap
 }
 
-// txPick takes the next job: a response from the IRQ or a work request
-// from the SQ. It reports false when there is nothing runnable.
+// txPick takes the next job: a response from the IRQ, or a run of work
+// requests from the SQ, started under one hold of sqMu, whose first is
+// the job (finishWR moves on to the next). It reports false when there
+// is nothing runnable.
+//
+// A run is what the SQ order allows to start before any of it is
+// queued: after its first request, txExtendRunLocked adds the Sends,
+// Writes and Immediate Data that follow, while each is runnable and its
+// local memory checks pass. A request whose start changes memory (Local
+// Invalidate, fast registration, bind) or takes an ORQ entry and an MSN
+// or Request ID at start (Read, atomics) starts only first in a run and
+// ends it, so every start sees the effect of the earlier ones, and every
+// earlier request's payload is queued (its bytes taken from the mapping
+// it was checked against) before a later one changes a mapping. A
+// request whose check fails in a run's tail is left to start first in
+// the next run, which fails it after the requests before it are queued,
+// as one job at a time would.
 func (qp *QP) txPick() bool {
 	t := &qp.tx
 	qp.sqMu.Lock()
@@ -573,11 +671,66 @@ func (qp *QP) txPick() bool {
 		qp.txAbandon(e, idx, status)
 		return false
 	}
+	if runOp(e.op) {
+		qp.txExtendRunLocked(idx, uint64(e.length))
+	}
+	t.runEnd = qp.sqNext
 	qp.sqMu.Unlock()
-	t.job, t.wr, t.wrIdx = jobSQ, e, idx
+	t.job = jobSQ
+	t.startJob(e, idx)
+	return true
+}
+
+// runOp reports whether work requests of op may follow each other in a
+// run (see txPick): their start only checks local memory and takes
+// references.
+func runOp(op WROpcode) bool {
+	switch op {
+	case WRSend, WRSendInv, WRWrite, WRWriteImm, WRImmData:
+		return true
+	}
+	return false
+}
+
+// txExtendRunLocked starts the work requests after the run's first (SQ
+// index first), in SQ order, while they are runnable run ops whose start
+// succeeds, up to txRunMax of them and txRunBytes of payload (bytes so
+// far).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txExtendRunLocked(first, bytes uint64) {
+	t := &qp.tx
+	for qp.sqNext-first < txRunMax && bytes < txRunBytes && qp.sqNext != qp.sq.tail {
+		e := qp.sq.at(qp.sqNext)
+		if !runOp(e.op) || (e.fence && !qp.orq.empty()) { // sqRunnableLocked's rule for run ops
+			return
+		}
+		idx := qp.sqNext
+		if e.nsge == 1 && !e.inline {
+			// The common request, one SGE: txCheckLocked and
+			// txRefsLocked in line.
+			s := &e.sge0
+			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK || !t.takeRef(s.MR, idx) {
+				return // as below
+			}
+		} else if qp.txCheckLocked(e, qp.sq.slot(idx)) != WCSuccess || !qp.txRefsLocked(e, idx) {
+			// Started first in the next run, it fails there, once the
+			// requests before it are queued. References the refused
+			// start took are shared with it (upTo idx+1) and drop as
+			// theirs do.
+			return
+		}
+		e.state = sqActive
+		qp.sqNext++
+		bytes += uint64(e.length)
+	}
+}
+
+// startJob makes the work request e (SQ index idx) of the run the job.
+func (t *txEngine) startJob(e *sqEntry, idx uint64) {
+	t.wr, t.wrIdx = e, idx
 	t.msgOff, t.sge, t.sgeOff = 0, 0, 0
 	t.immNext = e.op == WRImmData
-	return true
 }
 
 // sqRunnableLocked returns the SQ entry the engine takes next, and
@@ -604,28 +757,40 @@ func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
 // request is sent from. It returns the completion status when the
 // request cannot be sent.
 func (qp *QP) txStartLocked(e *sqEntry, idx uint64) WCStatus {
-	if status := qp.txCheckLocked(e); status != WCSuccess {
+	slot := qp.sq.slot(idx)
+	if status := qp.txCheckLocked(e, slot); status != WCSuccess {
 		return status
 	}
 	e.state = sqActive
 	switch {
 	case awaitsResponse(e.op):
 		return qp.txAddORQLocked(e, idx)
-	case !e.inline && e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW:
-		// Hold the source memory until the request is written.
-		t := &qp.tx
-		for i := range e.nsge {
-			mr := e.sgl[i].MR
-			if t.borrowRef(mr) {
-				t.jobBorrowed |= 1 << t.njobRefs
-			} else if !mr.acquire() {
-				return WCLocProtErr
-			}
-			t.jobRefs[t.njobRefs] = mr
-			t.njobRefs++
+	case e.op != WRLocalInv && e.op != WRRegMR && e.op != WRBindMW:
+		if !qp.txRefsLocked(e, idx) {
+			return WCLocProtErr
 		}
 	}
 	return WCSuccess
+}
+
+// txRefsLocked makes the Send or Write e (SQ index idx) hold its source
+// memory until it is written (see txRef). It reports false when a region
+// cannot be acquired; the references taken before stay shared with e
+// (upTo idx+1).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txRefsLocked(e *sqEntry, idx uint64) bool {
+	if e.inline {
+		return true
+	}
+	t := &qp.tx
+	slot := qp.sq.slot(idx)
+	for i := range int(e.nsge) {
+		if !t.takeRef(qp.sqSGE(e, slot, i).MR, idx) {
+			return false
+		}
+	}
+	return true
 }
 
 // txAddORQLocked appends the ORQ entry of a Read or atomic, which holds
@@ -635,7 +800,7 @@ func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
 		return WCLocQPOpErr // the handshake settled ORD 0
 	}
 	e.state = sqAwaiting
-	sink := e.sgl[0]
+	sink := e.sge0
 	if !sink.MR.acquire() {
 		return WCLocProtErr
 	}
@@ -657,7 +822,7 @@ func (qp *QP) txAddORQLocked(e *sqEntry, idx uint64) WCStatus {
 // peer learns from a local catastrophic Terminate.
 func (qp *QP) txAbandon(e *sqEntry, idx uint64, status WCStatus) {
 	t := &qp.tx
-	t.dropJobRefs()
+	// Its references (upTo idx+1) drop after the write of the batch.
 	t.queuedUpTo = idx + 1
 	ti := localCatastrophic(&localWRError{op: e.op, status: status})
 	qp.fail(ti.err(), ti)
@@ -676,7 +841,7 @@ func (e *localWRError) Error() string {
 
 // txCheckLocked checks a work request's local memory (and executes a
 // Local Invalidate) when the engine takes it, in SQ order.
-func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
+func (qp *QP) txCheckLocked(e *sqEntry, slot int) WCStatus {
 	switch e.op {
 	case WRLocalInv:
 		switch qp.dev.invalidateSTag(qp, e.invSTag, false) {
@@ -687,9 +852,9 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 		}
 		return WCLocQPOpErr
 	case WRRegMR:
-		return qp.execRegMR(&e.mem)
+		return qp.execRegMR(&qp.sqExt[slot].mem)
 	case WRBindMW:
-		return qp.execBindMW(&e.mem)
+		return qp.execBindMW(&qp.sqExt[slot].mem)
 	case WRImmData:
 		return WCSuccess
 	}
@@ -700,8 +865,8 @@ func (qp *QP) txCheckLocked(e *sqEntry) WCStatus {
 	if awaitsResponse(e.op) {
 		perm = AccessLocalWrite
 	}
-	for i := range e.nsge {
-		s := &e.sgl[i]
+	for i := range int(e.nsge) {
+		s := qp.sqSGE(e, slot, i)
 		if _, ae := s.MR.checkLocal(qp.pd, perm, s.Offset, uint64(s.Length)); ae != accessOK {
 			return WCLocProtErr
 		}
@@ -742,25 +907,26 @@ func (qp *QP) txEmit() bool {
 			op = wire.OpImmDataSE
 		}
 		if !t.emitControl(func(h []byte) []byte {
-			return binary.BigEndian.AppendUint64(t.untagged(h, op, wire.QNSend), e.imm)
+			return binary.BigEndian.AppendUint64(t.untagged(h, op, wire.QNSend), qp.sqExt[qp.sq.slot(t.wrIdx)].imm)
 		}) {
 			return false
 		}
 	case WRRead:
 		if !t.emitControl(func(h []byte) []byte {
 			return wire.AppendReadRequest(t.untagged(h, wire.OpReadRequest, wire.QNReadRequest), &wire.ReadRequestFields{
-				SinkSTag: e.sgl[0].MR.STag(), SinkTO: e.sgl[0].Offset, Size: e.length,
+				SinkSTag: e.sge0.MR.STag(), SinkTO: e.sge0.Offset, Size: e.length,
 				SrcSTag: e.remote.STag, SrcTO: e.remote.Offset,
 			})
 		}) {
 			return false
 		}
 	case WRFetchAdd, WRCmpSwap:
+		x := &qp.sqExt[qp.sq.slot(t.wrIdx)]
 		a := wire.AtomicRequest{Op: wire.AtomicFetchAdd, ReqID: t.atomicReqID, STag: e.remote.STag, TO: e.remote.Offset,
-			AddSwap: e.cmpAdd, AddSwapMask: e.addMask}
+			AddSwap: x.cmpAdd, AddSwapMask: x.addMask}
 		if e.op == WRCmpSwap {
 			a = wire.AtomicRequest{Op: wire.AtomicCmpSwap, ReqID: t.atomicReqID, STag: e.remote.STag, TO: e.remote.Offset,
-				AddSwap: e.swap, AddSwapMask: e.swapMask, Compare: e.cmpAdd, CompareMask: e.cmpMask}
+				AddSwap: x.swap, AddSwapMask: x.swapMask, Compare: x.cmpAdd, CompareMask: x.cmpMask}
 		}
 		if !t.emitControl(func(h []byte) []byte {
 			return wire.AppendAtomicRequest(t.untagged(h, wire.OpAtomicRequest, wire.QNAtomic), &a)
@@ -785,53 +951,16 @@ func sendOpcode(e *sqEntry) wire.Opcode {
 	return wire.OpSend
 }
 
-// finishWR ends the current work request: it is wholly queued, and its
-// memory references drop once the batch is written.
+// finishWR ends the current work request: it is wholly queued (its
+// memory references drop once the batch is written). The next work
+// request of the run, if any, becomes the job.
 func (t *txEngine) finishWR() {
 	t.queuedUpTo = t.wrIdx + 1
+	if next := t.wrIdx + 1; next < t.runEnd {
+		t.startJob(t.qp.sq.at(next), next) // started under sqMu: see runEnd
+		return
+	}
 	t.job, t.wr = jobNone, nil
-	for i := range t.njobRefs {
-		if t.jobBorrowed&(1<<i) == 0 {
-			t.addRelease(t.jobRefs[i])
-		}
-		t.jobRefs[i] = nil
-	}
-	t.njobRefs, t.jobBorrowed = 0, 0
-}
-
-// borrowRef reports whether the batch being filled already holds a
-// reference on mr that it drops only after its write (the last one added
-// to releases: a stream of work requests from one region, the common
-// case): a work request that is wholly queued in this batch needs no
-// reference of its own, which saves an atomic increment and decrement
-// per request. Should the batch be written before the request is wholly
-// queued, ownJobRefs first turns the borrowed references into real ones.
-func (t *txEngine) borrowRef(mr *MR) bool {
-	return len(t.releases) > 0 && t.releases[len(t.releases)-1] == mr
-}
-
-// ownJobRefs takes a reference of its own for every borrowed reference of
-// the current work request; called after the batch is written and before
-// its references drop, it always succeeds (the batch still holds one on
-// each such region).
-func (t *txEngine) ownJobRefs() {
-	for i := range t.njobRefs {
-		if t.jobBorrowed&(1<<i) != 0 {
-			t.jobRefs[i].refs.Add(1)
-		}
-	}
-	t.jobBorrowed = 0
-}
-
-// dropJobRefs releases the memory references of an abandoned job.
-func (t *txEngine) dropJobRefs() {
-	for i := range t.njobRefs {
-		if t.jobBorrowed&(1<<i) == 0 {
-			t.jobRefs[i].release()
-		}
-		t.jobRefs[i] = nil
-	}
-	t.njobRefs, t.jobBorrowed = 0, 0
 }
 
 // emitControl queues a control message: one FPDU whose ULPDU (at most
@@ -864,11 +993,7 @@ func (t *txEngine) untagged(h []byte, op wire.Opcode, qn uint32) []byte {
 // whole message is queued.
 func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	t := &qp.tx
-	tagged := op == wire.OpWrite
-	hlen := ddp.UntaggedHeaderLen
-	if tagged {
-		hlen = ddp.TaggedHeaderLen
-	}
+	hlen := dataHeaderLen(op)
 	maxPay := t.ulpdu - hlen
 	pieces := int(e.nsge) + 1
 	for {
@@ -876,34 +1001,17 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 		if !t.w.Room(hlen+n, pieces) {
 			return false
 		}
-		var h []byte
-		if tagged {
-			h = ddp.AppendTagged(t.hdr[:0], &ddp.TaggedFields{
-				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff),
-			})
+		h := t.dataHeader(e, op, last)
+		if e.inline || e.nsge == 1 {
+			t.w.FPDU(h, qp.txPiece(e, n))
 		} else {
-			h = ddp.AppendUntagged(t.hdr[:0], &ddp.UntaggedFields{
-				Last: last, RsvdULP: wire.ControlByte(wire.Version1, op), RsvdULP32: uint32(e.invSTag),
-				QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff,
-			})
-		}
-		switch {
-		case e.inline:
-			s := qp.sq.slot(t.wrIdx) * qp.cfg.MaxInline
-			t.w.FPDU(h, qp.inline[s+int(t.msgOff):s+int(t.msgOff)+n])
-		case e.nsge == 1:
-			// One SGE: the segment's payload is one piece of it.
-			sg := &e.sgl[0]
-			t.w.FPDU(h, sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n)))
-			t.sgeOff += uint32(n)
-		default:
 			t.w.Begin(h, hlen+n)
-			t.gather(e, n)
+			qp.txGather(e, n)
 			t.w.End()
 		}
 		t.msgOff += uint32(n)
 		if last {
-			if !tagged {
+			if op != wire.OpWrite {
 				t.msn[wire.QNSend]++
 			}
 			t.msgOff = 0
@@ -912,10 +1020,86 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 	}
 }
 
-// gather queues n payload bytes from the work request's SGL.
-func (t *txEngine) gather(e *sqEntry, n int) {
+// txEmitSmall queues, in one loop, the work requests of the run from the
+// job on that are one FPDU each with one piece of payload: a Send or
+// Write of inline data or one SGE whose message is one DDP segment, the
+// small message, framed as txEmitData frames it without its per-segment
+// steps. It stops at the first other job (left to txEmit) and reports
+// false when the batch is full.
+func (qp *QP) txEmitSmall() bool {
+	t := &qp.tx
+	for t.job == jobSQ && t.msgOff == 0 && !qp.broken.Load() {
+		e := t.wr
+		var op wire.Opcode
+		switch e.op {
+		case WRWrite:
+			op = wire.OpWrite
+		case WRSend, WRSendInv:
+			op = sendOpcode(e)
+		default:
+			return true
+		}
+		hlen, n := dataHeaderLen(op), int(e.length)
+		if (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
+			return true
+		}
+		if !t.w.Room(hlen+n, 2) {
+			return false
+		}
+		t.w.FPDU(t.dataHeader(e, op, true), qp.txPiece(e, n))
+		if op != wire.OpWrite {
+			t.msn[wire.QNSend]++
+		}
+		t.finishWR()
+	}
+	return true
+}
+
+// dataHeaderLen is the DDP header length of a data message of opcode op:
+// tagged for a Write, untagged for a Send.
+func dataHeaderLen(op wire.Opcode) int {
+	if op == wire.OpWrite {
+		return ddp.TaggedHeaderLen
+	}
+	return ddp.UntaggedHeaderLen
+}
+
+// dataHeader builds, in t.hdr, the DDP header of the job's next segment
+// (at message offset msgOff) of a Write (tagged, to the request's remote
+// buffer) or a Send (untagged, QN 0, the next MSN).
+func (t *txEngine) dataHeader(e *sqEntry, op wire.Opcode, last bool) []byte {
+	ctl := wire.ControlByte(wire.Version1, op)
+	if op == wire.OpWrite {
+		h := t.hdr[:ddp.TaggedHeaderLen]
+		ddp.PutTagged(h, &ddp.TaggedFields{Last: last, RsvdULP: ctl, STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff)})
+		return h
+	}
+	h := t.hdr[:ddp.UntaggedHeaderLen]
+	ddp.PutUntagged(h, &ddp.UntaggedFields{Last: last, RsvdULP: ctl, RsvdULP32: uint32(e.invSTag),
+		QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff})
+	return h
+}
+
+// txPiece returns the next n payload bytes of the job e whose payload is
+// one piece: its inline data or its one SGE.
+func (qp *QP) txPiece(e *sqEntry, n int) []byte {
+	t := &qp.tx
+	if e.inline {
+		s := qp.sq.slot(t.wrIdx)*qp.cfg.MaxInline + int(t.msgOff)
+		return qp.inline[s : s+n]
+	}
+	sg := &e.sge0
+	p := sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n))
+	t.sgeOff += uint32(n)
+	return p
+}
+
+// txGather queues n payload bytes from the work request's SGL.
+func (qp *QP) txGather(e *sqEntry, n int) {
+	t := &qp.tx
+	slot := qp.sq.slot(t.wrIdx)
 	for n > 0 {
-		s := &e.sgl[t.sge]
+		s := qp.sqSGE(e, slot, t.sge)
 		avail := int(s.Length - t.sgeOff)
 		if avail == 0 {
 			t.sge++

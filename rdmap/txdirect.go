@@ -81,8 +81,7 @@ func (qp *QP) txDirectRun() bool {
 		// A memory fault: the QP is failing; nothing of the batch is
 		// written.
 		t.w.Reset()
-		t.ownJobRefs()
-		t.dropReleases()
+		t.written()
 		return true
 	}
 	if t.w.Empty() {
@@ -108,8 +107,7 @@ func (qp *QP) txDirectRun() bool {
 		return true
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
-	t.ownJobRefs() // before the batch's references drop, as in txBatch
-	t.dropReleases()
+	t.written()
 	qp.txWritten()
 	return qp.txDirectMore()
 }
