@@ -237,6 +237,29 @@ func dialCalls(t *testing.T, ctx context.Context, addr string, op Op, size int) 
 	return s, cc
 }
 
+// measureCalls runs s until its client has written n messages, then
+// finishes it: the client's socket calls, the sink's counts and the
+// client's statistics.
+func measureCalls(t *testing.T, ctx context.Context, s *tcpStream, cc *callConn, n int) ([]call, *PeerCounts, *streamStats) {
+	t.Helper()
+	var stop atomic.Bool
+	cc.onWrite = func(i int) {
+		if i == n {
+			stop.Store(true)
+		}
+	}
+	st := &streamStats{}
+	if err := s.measure(ctx, st, &stop); err != nil {
+		t.Fatal(err)
+	}
+	client := cc.taken()
+	pc, err := s.finish(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, pc, st
+}
+
 // afterAnswer is what the sink did once it had answered the request: its
 // calls after its first write.
 func afterAnswer(t *testing.T, calls []call) []call {
@@ -272,21 +295,7 @@ func TestTCPBaselineEchoCalls(t *testing.T) {
 	sc := <-conns
 	checkNoDelay(t, "client", cc.TCPConn)
 	checkNoDelay(t, "sink", sc.TCPConn) // set before it answered
-	var stop atomic.Bool
-	cc.onWrite = func(i int) {
-		if i == n {
-			stop.Store(true)
-		}
-	}
-	var st streamStats
-	if err := s.measure(ctx, &st, &stop); err != nil {
-		t.Fatal(err)
-	}
-	client := cc.taken()
-	pc, err := s.finish(ctx, &st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, pc, st := measureCalls(t, ctx, s, cc, n)
 	if st.ops.Load() != n || pc.Ops == nil || *pc.Ops != n || st.hist.n != n {
 		t.Errorf("client %d round trips (%d timed), sink %v; want %d", st.ops.Load(), st.hist.n, pc.Ops, n)
 	}
@@ -320,21 +329,7 @@ func TestTCPBaselineBatchedCalls(t *testing.T) {
 			ctx := testCtx(t)
 			addr, conns := callSink(t)
 			s, cc := dialCalls(t, ctx, addr, OpWrite, size)
-			var stop atomic.Bool
-			cc.onWrite = func(i int) {
-				if i == 5 {
-					stop.Store(true)
-				}
-			}
-			var st streamStats
-			if err := s.measure(ctx, &st, &stop); err != nil {
-				t.Fatal(err)
-			}
-			client := cc.taken()
-			pc, err := s.finish(ctx, &st)
-			if err != nil {
-				t.Fatal(err)
-			}
+			client, pc, st := measureCalls(t, ctx, s, cc, 5)
 			var sum uint64
 			for i, c := range client {
 				switch {
