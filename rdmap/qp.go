@@ -299,13 +299,6 @@ const (
 	sqDone                    // completion ready (in SQ order)
 )
 
-// rqEntry is a posted receive work request.
-type rqEntry struct {
-	id   uint64
-	nsge uint8
-	sgl  [MaxSGE]SGE
-}
-
 // CreateQP creates a reliable connected QP in IDLE. Receives may be
 // posted at once; sends queue until Start.
 func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
@@ -336,7 +329,7 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	qp.lg = d.lg.With(zap.Uint32("qpn", qp.qpn))
 	qp.sq = newRing[sqEntry](c.MaxSendWR)
 	if c.SRQ == nil {
-		qp.rq = newRQRing(c.MaxRecvWR)
+		qp.rq = newRQRing(c.MaxRecvWR, c.MaxRecvSGE)
 	}
 	if err := qp.scq.attach(qp); err != nil {
 		return nil, err
@@ -1197,7 +1190,7 @@ func (qp *QP) checkRecv(wr *RecvWR) error {
 // not once per receive.
 //
 // +checklocksignore: entries below rx.rqAvail are the engine's (see rq).
-func (qp *QP) takeRecv(e *rqEntry) bool {
+func (qp *QP) takeRecv(e *rxRecv) bool {
 	if qp.srq != nil {
 		return qp.srq.take(e)
 	}
@@ -1208,9 +1201,8 @@ func (qp *QP) takeRecv(e *rqEntry) bool {
 			return false
 		}
 	}
-	src := qp.rq.at(rx.rqTaken)
+	qp.rq.takeAt(e, rx.rqTaken)
 	rx.rqTaken++
-	takeEntry(e, src)
 	return true
 }
 

@@ -4,49 +4,97 @@ package rdmap
 // posting order, on the generic ring (limit: the queue depth). Its
 // owner's mutex guards it (QP.rqMu for a QP's own queue, SRQ.mu for a
 // shared one); the owner checks full before post.
-type rqRing struct{ ring[rqEntry] }
+//
+// A slot (rqEntry) has room for one SGE, the common receive, so that the
+// slots the application writes and the receive engine reads on another
+// core pack several to a cache line. The SGEs after the first live in
+// ext, maxSGE-1 per slot, allocated the first time a receive of more
+// than one SGE is posted.
+type rqRing struct {
+	ring[rqEntry]
+	ext    []SGE // slot s's SGEs 1.. at ext[s*stride:]; nil until needed
+	stride int   // the ring's maximum SGEs per receive, less one
+}
 
-// newRQRing returns a ring that holds maxWR entries.
-func newRQRing(maxWR int) rqRing { return rqRing{newRing[rqEntry](maxWR)} }
+// rqEntry is a posted receive work request: its first SGE here, the
+// others in its ring's ext.
+type rqEntry struct {
+	id   uint64
+	sge  SGE
+	nsge uint8
+}
 
-// post appends wr; the caller has checked that the ring has room.
+// newRQRing returns a ring that holds maxWR entries of at most maxSGE
+// SGEs each.
+func newRQRing(maxWR, maxSGE int) rqRing {
+	return rqRing{ring: newRing[rqEntry](maxWR), stride: max(maxSGE-1, 0)}
+}
+
+// extOf returns the SGEs after the first of slot s, allocating ext at
+// its first use.
+func (r *rqRing) extOf(s int) []SGE {
+	if r.ext == nil {
+		r.ext = make([]SGE, r.slots()*r.stride)
+	}
+	return r.ext[s*r.stride : (s+1)*r.stride]
+}
+
+// post appends wr; the caller has checked that the ring has room and
+// that wr has at most the ring's maxSGE SGEs.
 func (r *rqRing) post(wr RecvWR) {
+	s := r.slot(r.tail)
 	e := r.push()
 	e.id = wr.ID
-	// Most receives have one SGE: an assignment, where copy of a slice
-	// of structs with pointers costs a runtime call (typedslicecopy)
-	// more than the SGE itself.
-	if len(wr.SGL) == 1 {
-		e.sgl[0] = wr.SGL[0]
-		e.nsge = 1
-		return
+	e.nsge = uint8(len(wr.SGL))
+	switch len(wr.SGL) {
+	case 0:
+		e.sge = SGE{}
+	case 1:
+		e.sge = wr.SGL[0]
+	default:
+		e.sge = wr.SGL[0]
+		copy(r.extOf(s), wr.SGL[1:])
 	}
-	e.nsge = uint8(copy(e.sgl[:], wr.SGL))
 }
 
 // take moves the oldest receive into e, dropping the ring's references to
 // its memory regions. It reports false when none is posted.
-func (r *rqRing) take(e *rqEntry) bool {
-	src := r.pop()
-	if src == nil {
+func (r *rqRing) take(e *rxRecv) bool {
+	if r.empty() {
 		return false
 	}
-	takeEntry(e, src)
+	r.takeAt(e, r.head)
+	r.pop()
 	return true
 }
 
-// takeEntry moves the receive in src into e, dropping src's references to
-// its memory regions. Only the live SGEs move (an entry is 16 of them,
-// mostly unused); e's SGEs past them, left from an earlier receive, drop
-// their regions.
-func takeEntry(e, src *rqEntry) {
+// takeAt moves receive i (live) into e, dropping the ring's references
+// to its memory regions. Only the live SGEs move; e's SGEs past them,
+// left from an earlier receive, drop their regions.
+func (r *rqRing) takeAt(e *rxRecv, i uint64) {
+	src := r.at(i)
 	n := src.nsge
-	for i := range n {
-		e.sgl[i] = src.sgl[i]
-		src.sgl[i].MR = nil
+	if n > 0 {
+		e.sgl[0] = src.sge
+		src.sge.MR = nil
 	}
-	for i := n; i < e.nsge; i++ {
-		e.sgl[i] = SGE{}
+	if n > 1 {
+		ext := r.extOf(r.slot(i))
+		for k := 1; k < int(n); k++ {
+			e.sgl[k] = ext[k-1]
+			ext[k-1].MR = nil
+		}
+	}
+	for k := n; k < e.nsge; k++ {
+		e.sgl[k] = SGE{}
 	}
 	e.id, e.nsge = src.id, n
+}
+
+// rxRecv is the receive the receive engine fills (rxEngine.recv): its
+// own copy of a posted receive, taken from an rqRing.
+type rxRecv struct {
+	id   uint64
+	nsge uint8
+	sgl  [MaxSGE]SGE
 }

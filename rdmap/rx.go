@@ -173,7 +173,7 @@ type rxEngine struct {
 	rqTaken, rqPopped, rqAvail uint64
 
 	// The receive (QN 0) the untagged message in progress fills.
-	recv       rqEntry
+	recv       rxRecv
 	recvSGE    int    // the SGE the next byte goes to
 	recvSGEOff uint64 // and its offset in it
 	recvStatus WCStatus

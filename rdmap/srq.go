@@ -42,7 +42,7 @@ func (pd *PD) CreateSRQ(cfg *SRQConfig) (*SRQ, error) {
 	if c.MaxSGE < 0 || c.MaxSGE > MaxSGE {
 		return nil, errConfigf("SRQConfig.MaxSGE %d outside 0..%d", c.MaxSGE, MaxSGE)
 	}
-	return &SRQ{pd: pd, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR)}, nil
+	return &SRQ{pd: pd, maxSGE: c.MaxSGE, rq: newRQRing(c.MaxWR, c.MaxSGE)}, nil
 }
 
 // PostRecv posts a receive work request to the SRQ. An SGL longer in
@@ -105,7 +105,7 @@ func (s *SRQ) Len() int {
 	return s.rq.len()
 }
 
-func (s *SRQ) take(e *rqEntry) bool {
+func (s *SRQ) take(e *rxRecv) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rq.take(e)
