@@ -448,6 +448,20 @@ func (rd *Reader) Header(n int) ([]byte, error) {
 	return rd.hdr[:n], nil
 }
 
+// First returns the first byte of the current ULPDU, without consuming
+// it, when that byte is already buffered, no header byte has been taken
+// yet (Header) and the stream has no markers; ok is false otherwise, and
+// nothing changes. A caller whose header length depends on its first byte
+// (DDP's T flag) can thus ask Header for the whole header at once instead
+// of the shortest header first and then the rest. First never reads from
+// the source.
+func (rd *Reader) First() (b byte, ok bool) {
+	if !rd.in || rd.done != 0 || rd.ulen == 0 || rd.r >= rd.w || rd.cfg.Markers {
+		return 0, false
+	}
+	return rd.buf[rd.r], true
+}
+
 // complete reads the rest of the current FPDU into the buffer and checks
 // its CRC (Buffered, and Rest).
 func (rd *Reader) complete() error {

@@ -480,12 +480,17 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	}
 	// Every DDP header is at least a tagged one long, and ulen is too:
 	// the first TaggedHeaderLen bytes belong to this header whatever its
-	// kind.
-	h, err := rd.Header(ddp.TaggedHeaderLen)
+	// kind. When its first byte is in, the whole header is asked for at
+	// once.
+	hl := ddp.TaggedHeaderLen
+	if b, ok := rd.First(); ok && ddp.HeaderLen(b) <= ulen {
+		hl = ddp.HeaderLen(b)
+	}
+	h, err := rd.Header(hl)
 	if err != nil {
 		return nil, err
 	}
-	hl := ddp.HeaderLen(h[0])
+	hl = ddp.HeaderLen(h[0])
 	if ulen < hl {
 		return rx.malformed(ulen)
 	}
