@@ -1067,8 +1067,14 @@ const rxBatch = 8
 func (qp *QP) pushRecv(wc *WC) {
 	rx := &qp.rx
 	rx.wcs[rx.nwcs] = *wc
+	rx.gathered()
+}
+
+// gathered counts the completion just written into rx.wcs[rx.nwcs] as
+// gathered, and flushes when pushRecv would.
+func (rx *rxEngine) gathered() {
 	rx.nwcs++
-	if rx.nwcs == len(rx.wcs) || qp.srq != nil {
+	if rx.nwcs == len(rx.wcs) || rx.qp.srq != nil {
 		rx.flushRecvs()
 	}
 }
@@ -1106,28 +1112,38 @@ func (rx *rxEngine) flushRecvs() {
 // invalidating the Send with Invalidate's STag first (RFC 5040 §5.2).
 func (rx *rxEngine) completeRecv() *termInfo {
 	qp := rx.qp
+	for i := range rx.recv.nsge {
+		rx.recv.sgl[i].MR = nil
+	}
+	if rx.recvOp == wire.OpSend || rx.recvOp == wire.OpSendSE {
+		// Nothing to invalidate: the completion is written in place,
+		// among the gathered ones.
+		wc := &rx.wcs[rx.nwcs]
+		*wc = WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.untagged.MO(), QPN: qp.qpn}
+		if rx.recvOp == wire.OpSendSE {
+			wc.Flags = WCSolicited
+		}
+		rx.gathered()
+		return nil
+	}
+	// A Send with Invalidate.
 	wc := WC{ID: rx.recv.id, Op: WCRecv, ByteLen: rx.untagged.MO(), QPN: qp.qpn}
-	if rx.recvOp == wire.OpSendSE || rx.recvOp == wire.OpSendSEInv {
+	if rx.recvOp == wire.OpSendSEInv {
 		wc.Flags |= WCSolicited
 	}
 	var ti *termInfo
-	if rx.recvOp == wire.OpSendInv || rx.recvOp == wire.OpSendSEInv {
-		s := rx.recvInv
-		switch qp.dev.invalidateSTag(qp, s, true) {
-		case accessOK:
-			wc.Flags |= WCWithInv
-			wc.InvalidatedSTag = s
-		case accessInvalidSTag:
-			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
-		default:
-			ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeCannotInvalidate, true)
-		}
-		if ti != nil {
-			wc.Status = WCRemInvReqErr
-		}
+	s := rx.recvInv
+	switch qp.dev.invalidateSTag(qp, s, true) {
+	case accessOK:
+		wc.Flags |= WCWithInv
+		wc.InvalidatedSTag = s
+	case accessInvalidSTag:
+		ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
+	default:
+		ti = rx.term(wire.LayerRDMAP, wire.ETypeRemoteProtection, wire.CodeCannotInvalidate, true)
 	}
-	for i := range rx.recv.nsge {
-		rx.recv.sgl[i].MR = nil
+	if ti != nil {
+		wc.Status = WCRemInvReqErr
 	}
 	qp.pushRecv(&wc)
 	return ti
