@@ -44,7 +44,7 @@ func SetPollRxIdle(d time.Duration) time.Duration {
 
 // FireRxIdle makes qp's idle timer fire now (PollRx).
 func FireRxIdle(qp *QP) {
-	qp.rx.freeSince.Store(0)
+	qp.rx.freeSince.Store(monoNow() - int64(qp.cfg.PollRxIdle)) // free for PollRxIdle already
 	qp.rx.idleArmed.Store(true)
 	qp.rx.idle.Reset(0)
 }

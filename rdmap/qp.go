@@ -229,7 +229,7 @@ type QP struct {
 	// each is allocated under sqMu by the first post that needs it, as
 	// inline is, and read by the send engine for entries it took under
 	// sqMu.
-	sqSGL []SGE
+	sqSGL sgeSide
 	sqExt []sqExt
 	// orq holds the outstanding Reads and atomics (limit: the ORD), irq
 	// the inbound Read and Atomic Requests to answer (limit: the IRD);
@@ -328,6 +328,7 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 	}
 	qp.lg = d.lg.With(zap.Uint32("qpn", qp.qpn))
 	qp.sq = newRing[sqEntry](c.MaxSendWR)
+	qp.sqSGL = newSGESide(c.MaxSendSGE)
 	if c.SRQ == nil {
 		qp.rq = newRQRing(c.MaxRecvWR, c.MaxRecvSGE)
 	}
@@ -919,21 +920,14 @@ func (qp *QP) extSlot(slot int) *sqExt {
 // (MaxSendSGE-1 of them), allocating QP.sqSGL at its first use.
 //
 // +checklocks:qp.sqMu
-func (qp *QP) sglSlot(slot int) []SGE {
-	k := qp.cfg.MaxSendSGE - 1
-	if qp.sqSGL == nil {
-		qp.sqSGL = make([]SGE, qp.sq.slots()*k)
-	}
-	return qp.sqSGL[slot*k : slot*k+k]
-}
+func (qp *QP) sglSlot(slot int) []SGE { return qp.sqSGL.of(slot, qp.sq.slots()) }
 
 // sqSGE returns SGE i of the work request e in SQ slot slot.
 func (qp *QP) sqSGE(e *sqEntry, slot, i int) *SGE {
 	if i == 0 {
 		return &e.sge0
 	}
-	k := qp.cfg.MaxSendSGE - 1
-	return &qp.sqSGL[slot*k+i-1]
+	return qp.sqSGL.at(slot, i)
 }
 
 // PostSends posts the send work requests wrs in order, as the verbs'

@@ -8,12 +8,10 @@ package rdmap
 // A slot (rqEntry) has room for one SGE, the common receive, so that the
 // slots the application writes and the receive engine reads on another
 // core pack several to a cache line. The SGEs after the first live in
-// ext, maxSGE-1 per slot, allocated the first time a receive of more
-// than one SGE is posted.
+// ext (sgeSide).
 type rqRing struct {
 	ring[rqEntry]
-	ext    []SGE // slot s's SGEs 1.. at ext[s*stride:]; nil until needed
-	stride int   // the ring's maximum SGEs per receive, less one
+	ext sgeSide
 }
 
 // rqEntry is a posted receive work request: its first SGE here, the
@@ -27,17 +25,35 @@ type rqEntry struct {
 // newRQRing returns a ring that holds maxWR entries of at most maxSGE
 // SGEs each.
 func newRQRing(maxWR, maxSGE int) rqRing {
-	return rqRing{ring: newRing[rqEntry](maxWR), stride: max(maxSGE-1, 0)}
+	return rqRing{ring: newRing[rqEntry](maxWR), ext: newSGESide(maxSGE)}
 }
 
-// extOf returns the SGEs after the first of slot s, allocating ext at
-// its first use.
-func (r *rqRing) extOf(s int) []SGE {
-	if r.ext == nil {
-		r.ext = make([]SGE, r.slots()*r.stride)
-	}
-	return r.ext[s*r.stride : (s+1)*r.stride]
+// extOf returns the SGEs after the first of slot s.
+func (r *rqRing) extOf(s int) []SGE { return r.ext.of(s, r.slots()) }
+
+// sgeSide holds, beside a ring of work requests whose slots keep only
+// the first SGE (the SQ, a receive queue), the SGEs after the first of
+// the request in each slot: stride of them per slot, allocated the
+// first time a request of more than one SGE is queued, so that a queue
+// of one-SGE requests never holds them. The ring's lock guards it.
+type sgeSide struct {
+	sges   []SGE
+	stride int // the most SGEs per request, less one
 }
+
+func newSGESide(maxSGE int) sgeSide { return sgeSide{stride: max(maxSGE-1, 0)} }
+
+// of returns the SGEs after the first of slot (of a ring of slots),
+// allocating the array at its first use.
+func (x *sgeSide) of(slot, slots int) []SGE {
+	if x.sges == nil {
+		x.sges = make([]SGE, slots*x.stride)
+	}
+	return x.sges[slot*x.stride : (slot+1)*x.stride]
+}
+
+// at returns SGE i (at least 1) of slot, of the array allocated already.
+func (x *sgeSide) at(slot, i int) *SGE { return &x.sges[slot*x.stride+i-1] }
 
 // post appends wr; the caller has checked that the ring has room and
 // that wr has at most the ring's maxSGE SGEs.

@@ -54,7 +54,7 @@ func TestRQRingSGLs(t *testing.T) {
 					t.Fatalf("byIndex=%v: receive %d: the slot keeps its first region", byIndex, want)
 				}
 			}
-			for k, s := range r.ext { // the ring is empty again
+			for k, s := range r.ext.sges { // the ring is empty again
 				if s.MR != nil {
 					t.Fatalf("byIndex=%v: after receive %d: ext[%d] keeps a region", byIndex, id, k)
 				}
@@ -72,7 +72,7 @@ func TestRQEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(rqEntry{}); n > 40 {
 		t.Fatalf("rqEntry is %d bytes, want at most 40", n)
 	}
-	if r := newRQRing(8, 1); r.stride != 0 {
-		t.Fatalf("a ring of one-SGE receives has %d SGEs per slot aside", r.stride)
+	if r := newRQRing(8, 1); r.ext.stride != 0 {
+		t.Fatalf("a ring of one-SGE receives has %d SGEs per slot aside", r.ext.stride)
 	}
 }

@@ -121,7 +121,7 @@ type rxEngine struct {
 	yield     atomic.Bool
 	idle      *time.Timer
 	idleArmed atomic.Bool  // idle is pending (rxIdle)
-	freeSince atomic.Int64 // when the engine was last released (Unix ns)
+	freeSince atomic.Int64 // when the engine was last released (monoNow)
 	runFn     func() error
 	drivenFn  func() error
 	idleFn    func()
@@ -223,9 +223,9 @@ func (rx *rxEngine) publish() {
 // settle is what the engine does before each read of the socket and
 // when it stops: it pushes the receive completions it gathered
 // (flushRecvs), publishes its counters, releases the region reference
-// it kept (dropRef) and, between FPDUs, forgets the
-// region it last placed into (placing), so that fences on it no longer
-// poke this engine.
+// it kept (releaseHeld) and, between FPDUs, forgets the region it last
+// placed into (placing), so that fences on it no longer poke this
+// engine.
 func (rx *rxEngine) settle() {
 	rx.flushRecvs()
 	rx.publish()

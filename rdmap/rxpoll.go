@@ -35,10 +35,10 @@ import (
 //   - While nobody holds it, the socket is not read; once it has been
 //     free for QPConfig.PollRxIdle (the timer fires), the receive
 //     goroutine takes it back, so inbound Read Requests, Terminates and
-//     the peer's close are handled while the application does not wait. A Wait that finds
-//     the receive goroutine holding the engine kicks it: it returns it
-//     at the next FPDU boundary and wakes the CQ's waiters, one of whom
-//     then takes it.
+//     the peer's close are handled while the application does not wait.
+//     A Wait that finds the receive goroutine holding the engine kicks
+//     it: it returns it at the next FPDU boundary and wakes the CQ's
+//     waiters, one of whom then takes it.
 //   - The send engine's shutdown takes the engine for the receive
 //     goroutine if it is free (rxTakeBack), so a closing QP always has a
 //     reader. A driver whose engine stops for good (the stream ended, an
@@ -102,7 +102,7 @@ func (qp *QP) rxStartPoll(conn net.Conn) {
 // the receive goroutine (this timer goroutine) takes it back.
 //
 // The timer is armed only when none is pending (idleArmed), so a waiter
-// that releases the engine many times a millisecond costs no timer
+// that releases the engine many times per PollRxIdle costs no timer
 // update each time: a timer that finds the engine free for less than
 // PollRxIdle since its last release (freeSince) is armed again for the
 // rest. Each fire and each arming can wake a thread (the runtime's
@@ -113,7 +113,7 @@ func (qp *QP) rxIdle() {
 	if rx.owner.Load() != rxFree {
 		return // its holder arms the timer when it releases the engine
 	}
-	if rest := time.Duration(int64(qp.cfg.PollRxIdle) - (time.Now().UnixNano() - rx.freeSince.Load())); rest > 0 {
+	if rest := time.Duration(int64(qp.cfg.PollRxIdle) - (monoNow() - rx.freeSince.Load())); rest > 0 {
 		if !rx.idleArmed.Swap(true) {
 			rx.idle.Reset(rest)
 		}
@@ -123,6 +123,13 @@ func (qp *QP) rxIdle() {
 		qp.rxLoop(rx.conn)
 	}
 }
+
+// monoNow is a monotonic clock in nanoseconds (since monoBase), for the
+// idle timer's bookkeeping: a step of the wall clock must not keep a
+// free engine unread.
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+var monoBase = time.Now()
 
 // rxTakeBack starts the receive goroutine if the engine is free.
 func (qp *QP) rxTakeBack() {
@@ -136,7 +143,7 @@ func (qp *QP) rxTakeBack() {
 func (qp *QP) rxRelease() {
 	rx := &qp.rx
 	rx.yield.Store(false)
-	rx.freeSince.Store(time.Now().UnixNano())
+	rx.freeSince.Store(monoNow())
 	rx.owner.Store(rxFree)
 	if !rx.idleArmed.Swap(true) {
 		rx.idle.Reset(qp.cfg.PollRxIdle)
