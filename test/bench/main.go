@@ -66,11 +66,13 @@
 //
 //	go run ./test/bench [-time 200ms] [-count 5] [-links lo,veth] [-run regexp] [-json] [-strict]
 //	                    [-mirrored=false] [-iperf3=false] [-idleqps 1000] [-siwdidle 1000] [-idleprofile file]
-//	                    [-cpuprofile file | -profiledir dir] [-only gosiw|raw] [-maxulpdu n] [-q]
+//	                    [-cpuprofile file | -profiledir dir] [-trace file] [-only gosiw|raw] [-maxulpdu n] [-q]
 //
 // -profiledir writes a CPU profile of every run of every gosiw case
 // (dir/<op>-<size>-crc<on|off>-<link>-r<round>.pprof) for the engine
-// work; -cpuprofile one of the whole program. -only and -maxulpdu are
+// work; -cpuprofile one of the whole program; -trace an execution trace
+// of the whole program (go tool trace: which goroutine ran, waited for
+// a CPU or slept, and when). -only and -maxulpdu are
 // for profiling and experiments: one side alone (no ratios), or gosiw
 // QPs with a MaxULPDU other than the default.
 package main
@@ -87,6 +89,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -292,6 +295,7 @@ type options struct {
 	json       bool
 	strict     bool
 	cpuprofile string
+	trace      string
 	profileDir string
 	quiet      bool
 	only       string // "", "gosiw" or "raw": run one side (for profiling)
@@ -321,6 +325,7 @@ func main() {
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of the table and ratio lines")
 	fs.BoolVar(&o.strict, "strict", false, "exit with status 1 when a target is missed")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to `file` (go tool trace: which goroutine ran, waited or slept when)")
 	fs.StringVar(&o.profileDir, "profiledir", "", "write a CPU profile of every run of every gosiw case into `dir`")
 	fs.BoolVar(&o.quiet, "q", false, "no progress on stderr")
 	fs.IntVar(&o.maxULPDU, "maxulpdu", 0, "QPConfig.MaxULPDU of the gosiw QPs (experiments; 0: the MULPDU from the MSS, as siw)")
@@ -397,6 +402,21 @@ func benchMain(o *options) int {
 		}
 		atCleanup(func() {
 			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+	if o.trace != "" {
+		f, err := os.Create(o.trace)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 2
+		}
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 2
+		}
+		atCleanup(func() {
+			trace.Stop()
 			f.Close()
 		})
 	}
