@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -309,10 +310,12 @@ func checkMsg(b []byte, seq uint64, pat []byte) error {
 		}
 	}
 	from := max(seqLen, n-tailLen)
-	for i := from; i < n; i++ {
-		if b[i] != pat[i] {
-			return fmt.Errorf("message %d differs from the pattern at byte %d", seq, i)
-		}
+	if from >= n || bytes.Equal(b[from:n], pat[from:n]) {
+		return nil
 	}
-	return nil
+	i := from
+	for b[i] == pat[i] {
+		i++
+	}
+	return fmt.Errorf("message %d differs from the pattern at byte %d", seq, i)
 }
