@@ -423,7 +423,11 @@ func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error
 	cleanup = append(cleanup, r.cq.Close)
 	r.qp, err = pd.CreateQP(&rdmap.QPConfig{SendCQ: r.cq, RecvCQ: r.cq, MaxSendWR: r.recvs + 8, MaxRecvWR: r.recvs,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: ctrlLen,
-		PollRx: p.Op == OpPingPong}) // the echoing goroutine receives itself
+		// The goroutine that reaps the receives (and echoes) drives the
+		// receive itself: no hand-off from a receive goroutine per batch
+		// (a 64-byte send test between two processes went from 0.72 to
+		// 0.83 M msgs/s in interleaved runs).
+		PollRx: p.Op == OpPingPong || p.Op == OpSend})
 	if err != nil {
 		return fail(err)
 	}
