@@ -50,14 +50,13 @@ type CQ struct {
 
 	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
 	// CQ this is, driving it while a waiter runs its receive engine;
-	// wctx and wstop are the context watch registers for drivers (kept
-	// for the next Wait with the same context), ctxDoneFn is ctxDone,
-	// bound once.
+	// wreg is the context watch registered for drivers (kept for the
+	// next Wait whose context has the same Done channel; replaced under
+	// wmu), ctxDoneFn is ctxDone, bound once.
 	poll      atomic.Pointer[QP]
 	driving   atomic.Pointer[QP]
 	wmu       sync.Mutex
-	wctx      context.Context // +checklocks:wmu
-	wstop     func() bool     // +checklocks:wmu
+	wreg      atomic.Pointer[ctxWatch]
 	ctxDoneFn func()
 }
 
@@ -132,8 +131,8 @@ func (cq *CQ) Poll(wcs []WC) int {
 // finds nothing to poll runs that QP's receive engine on its own
 // goroutine until a completion is waiting or ctx is done (one waiter at a
 // time; the others wait as usual). The first registration of a context
-// that can be canceled allocates; later Waits with the same context do
-// not.
+// that can be canceled allocates; later Waits with the same context (or
+// one with the same Done channel) do not.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()

@@ -103,7 +103,7 @@ func (qp *QP) guardRx(run func() error) (err error) {
 		}
 	}()
 	err = run()
-	if errors.Is(err, syscall.EFAULT) {
+	if err != nil && errors.Is(err, syscall.EFAULT) {
 		// The stream is intact (readv read up to the fault): the
 		// Terminate can still go.
 		err = qp.memoryFault("receive", 0, err, true)
@@ -130,7 +130,7 @@ func (qp *QP) guardTx(run func() (bool, error)) (progressed bool, err error) {
 		}
 	}()
 	progressed, err = run()
-	if errors.Is(err, syscall.EFAULT) {
+	if err != nil && errors.Is(err, syscall.EFAULT) {
 		err = qp.memoryFault("send", 0, err, false)
 	}
 	return progressed, err

@@ -205,6 +205,9 @@ type QP struct {
 	// connection is reset, and the send engine must not send a FIN first
 	// (the peer would read a graceful close before the RST).
 	aborting atomic.Bool
+	// inRTS is state == StateRTS, stored under mu with state and read
+	// without it (rtsNow: the direct send's check).
+	inRTS atomic.Bool
 	// bell is the send engine's doorbell (non-blocking, coalescing).
 	bell chan struct{}
 	// rxFirst is closed once the first FPDU has arrived; a responder sends
@@ -417,6 +420,7 @@ func (qp *QP) setStateLocked(s QPState) error {
 		return err
 	}
 	qp.state = s
+	qp.inRTS.Store(s == StateRTS)
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -221,21 +220,33 @@ func (qp *QP) rxFinal(conn net.Conn, err error) {
 
 // watch arranges for a driver on cq to be kicked when ctx is done. The
 // registration (context.AfterFunc, which allocates) is kept for the next
-// Wait with the same context, so a loop of Waits with one context
-// registers once.
+// Wait whose context has the same Done channel (a context is done exactly
+// when its Done channel is closed), so a loop of Waits with one context
+// registers once and then costs one atomic load per Wait.
 func (cq *CQ) watch(ctx context.Context) {
-	if ctx.Done() == nil {
+	done := ctx.Done()
+	if done == nil {
+		return
+	}
+	if w := cq.wreg.Load(); w != nil && w.done == done {
 		return
 	}
 	cq.wmu.Lock()
 	defer cq.wmu.Unlock()
-	if cq.wctx != nil && reflect.TypeOf(ctx).Comparable() && cq.wctx == ctx {
-		return
+	if w := cq.wreg.Load(); w != nil {
+		if w.done == done {
+			return
+		}
+		w.stop()
 	}
-	if cq.wstop != nil {
-		cq.wstop()
-	}
-	cq.wctx, cq.wstop = ctx, context.AfterFunc(ctx, cq.ctxDoneFn)
+	cq.wreg.Store(&ctxWatch{done: done, stop: context.AfterFunc(ctx, cq.ctxDoneFn)})
+}
+
+// ctxWatch is watch's registration: the Done channel of the context
+// watched and the function that cancels the AfterFunc.
+type ctxWatch struct {
+	done <-chan struct{}
+	stop func() bool
 }
 
 // ctxDone kicks the driver of cq, if any (watch's AfterFunc).
@@ -248,9 +259,8 @@ func (cq *CQ) ctxDone() {
 // unwatch drops watch's registration.
 func (cq *CQ) unwatch() {
 	cq.wmu.Lock()
-	if cq.wstop != nil {
-		cq.wstop()
+	if w := cq.wreg.Swap(nil); w != nil {
+		w.stop()
 	}
-	cq.wctx, cq.wstop = nil, nil
 	cq.wmu.Unlock()
 }

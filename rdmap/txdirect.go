@@ -64,12 +64,10 @@ func (qp *QP) txDirect() bool {
 	return true
 }
 
-// rtsNow reports whether the QP is in RTS.
-func (qp *QP) rtsNow() bool {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.state == StateRTS
-}
+// rtsNow reports whether the QP is in RTS, without QP.mu (the state
+// changes under mu; a send that saw RTS just before a change is one that
+// the change found under way, as with the lock).
+func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 
 // txDirectRun builds and writes one batch (see above). It reports
 // whether the send engine has more to do.
