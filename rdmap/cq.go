@@ -140,10 +140,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		cq.mu.Unlock()
 		if n > 0 {
 			// Pass the wake-up on, in case another waiter slept.
-			select {
-			case cq.notify <- struct{}{}:
-			default:
-			}
+			cq.wakeWaiter()
 			return nil
 		}
 		if ovf {
@@ -246,8 +243,16 @@ func (cq *CQ) wakeBy(by *QP) {
 	cq.wakeWaiter()
 }
 
-// wakeWaiter wakes a goroutine waiting on notify.
+// wakeWaiter wakes a goroutine waiting on notify. A wake-up already
+// pending (notify full) stands for this one: the waiter that takes it
+// looks at the CQ after (under mu), so it sees what the caller pushed
+// before. A waiter that took the token before the caller pushed took it
+// before the caller's CQ.mu section, or it looks at the CQ after that
+// section, so len sees its receive or the waiter sees the push.
 func (cq *CQ) wakeWaiter() {
+	if len(cq.notify) != 0 {
+		return
+	}
 	select {
 	case cq.notify <- struct{}{}:
 	default:

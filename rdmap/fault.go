@@ -103,7 +103,7 @@ func (qp *QP) guardRx(run func() error) (err error) {
 		}
 	}()
 	err = run()
-	if err != nil && errors.Is(err, syscall.EFAULT) {
+	if err != nil && err != errYield && errors.Is(err, syscall.EFAULT) {
 		// The stream is intact (readv read up to the fault): the
 		// Terminate can still go.
 		err = qp.memoryFault("receive", 0, err, true)

@@ -141,7 +141,9 @@ func (qp *QP) rxTakeBack() {
 // request to yield is the last holder's: the next one starts without it.
 func (qp *QP) rxRelease() {
 	rx := &qp.rx
-	rx.yield.Store(false)
+	if rx.yield.Load() {
+		rx.yield.Store(false)
+	}
 	rx.freeSince.Store(monoNow())
 	rx.owner.Store(rxFree)
 	if !rx.idleArmed.Swap(true) {
@@ -170,7 +172,11 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 		}
 		return false
 	}
-	rx.yield.Store(false)
+	if rx.yield.Load() {
+		// Asked while free (a kick that raced the last release): not
+		// this driver's request. One that comes after this load is.
+		rx.yield.Store(false)
+	}
 	cq.watch(ctx)
 	cq.driving.Store(qp)
 	var err error
