@@ -844,9 +844,11 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	// Alone in the SQ, nothing else to send: written here if the send
 	// engine is parked (txdirect.go).
-	direct := qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(e.op)
+	took, run := qp.txDirectTakeLocked(e)
 	qp.sqMu.Unlock()
-	if !direct || !qp.txDirect() {
+	if took {
+		qp.txDirectGo(run)
+	} else {
 		qp.ring()
 	}
 	return nil
@@ -970,6 +972,7 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	}
 	flush, ok := qp.sqMode == postFlush, true
 	n := 0
+	var first *sqEntry
 	for ; n < len(wrs); n++ {
 		if n > 0 {
 			if verr = qp.validateSend(&wrs[n]); verr != nil {
@@ -985,6 +988,9 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 			break
 		}
 		e := qp.pushSendLocked(&wrs[n])
+		if n == 0 {
+			first = e
+		}
 		if flush {
 			e.state, e.status = sqDone, WCWRFlushErr
 			qp.sqNext = qp.sq.tail
@@ -1000,9 +1006,14 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	}
 	// A list of one alone in the SQ, nothing else to send: written here
 	// if the send engine is parked (txdirect.go), as by PostSend.
-	direct := n == 1 && qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(wrs[0].Op)
+	took, run := false, false
+	if n == 1 {
+		took, run = qp.txDirectTakeLocked(first)
+	}
 	qp.sqMu.Unlock()
-	if n > 0 && (!direct || !qp.txDirect()) {
+	if took {
+		qp.txDirectGo(run)
+	} else if n > 0 {
 		qp.ring()
 	}
 	return n, verr
