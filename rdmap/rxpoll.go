@@ -146,7 +146,10 @@ func (qp *QP) rxRelease() {
 	}
 	rx.freeSince.Store(monoNow())
 	rx.owner.Store(rxFree)
-	if !rx.idleArmed.Swap(true) {
+	// A pending timer (the common case) is seen with a load: a fire that
+	// clears idleArmed after it then sees rxFree (stored first) and
+	// arms itself again for the rest (rxIdle).
+	if !rx.idleArmed.Load() && !rx.idleArmed.Swap(true) {
 		rx.idle.Reset(qp.cfg.PollRxIdle)
 	}
 }
