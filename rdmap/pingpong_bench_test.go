@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
@@ -84,12 +84,12 @@ func benchPingPong(b *testing.B, cfg rdmap.QPConfig) {
 		}()
 	}()
 	wcs := make([]rdmap.WC, 1)
-	var cpu time.Duration
+	var cpu cpuTimes
 	for i := range n {
 		if i == 1 {
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu = testutil.CPUTime()
+			cpu = cpuNow()
 		}
 		mustPost(b, a.qp.PostSend(ping))
 		if err := waitRecv(ctx, a.cq, wcs); err != nil {
@@ -100,10 +100,31 @@ func benchPingPong(b *testing.B, cfg rdmap.QPConfig) {
 		mustPost(b, a.qp.PostRecv(arecv))
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+	cpu.report(b)
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// cpuTimes is the process's user and system CPU time.
+type cpuTimes struct{ user, sys time.Duration }
+
+func cpuNow() cpuTimes {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return cpuTimes{}
+	}
+	return cpuTimes{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+}
+
+// report reports the CPU time since c per operation: cpu-ns/op (user and
+// system, as the other benchmarks), user-ns/op and sys-ns/op.
+func (c cpuTimes) report(b *testing.B) {
+	now := cpuNow()
+	n := float64(b.N)
+	b.ReportMetric(float64(now.user-c.user+now.sys-c.sys)/n, "cpu-ns/op")
+	b.ReportMetric(float64(now.user-c.user)/n, "user-ns/op")
+	b.ReportMetric(float64(now.sys-c.sys)/n, "sys-ns/op")
 }
 
 // waitRecv waits for one successful receive completion on cq.
@@ -147,12 +168,12 @@ func benchBareEcho(b *testing.B) {
 		}(cb)
 	}()
 	msg, buf := make([]byte, pingPongSize), make([]byte, pingPongSize)
-	var cpu time.Duration
+	var cpu cpuTimes
 	for i := range n {
 		if i == 1 {
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu = testutil.CPUTime()
+			cpu = cpuNow()
 		}
 		if _, err := ca.Write(msg); err != nil {
 			b.Fatal(err)
@@ -162,7 +183,7 @@ func benchBareEcho(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+	cpu.report(b)
 	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
