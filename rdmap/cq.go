@@ -83,8 +83,9 @@ func (cq *CQ) Cap() int { return cq.ring.limit }
 // the overflow list after an overrun included.
 func (cq *CQ) Len() int {
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.ring.len() + len(cq.ovf) - cq.ovfHead
+	n := cq.ring.len() + len(cq.ovf) - cq.ovfHead
+	cq.mu.Unlock()
+	return n
 }
 
 // Err returns ErrCQOverflow once the CQ has overrun.

@@ -87,9 +87,7 @@ func benchPingPong(b *testing.B, cfg rdmap.QPConfig) {
 	var cpu cpuTimes
 	for i := range n {
 		if i == 1 {
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu = cpuNow()
+			cpu = startTimer(b) // after the first round trip
 		}
 		mustPost(b, a.qp.PostSend(ping))
 		if err := waitRecv(ctx, a.cq, wcs); err != nil {
@@ -115,6 +113,14 @@ func cpuNow() cpuTimes {
 		return cpuTimes{}
 	}
 	return cpuTimes{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+}
+
+// startTimer starts b's measurement and returns the CPU times at its
+// start.
+func startTimer(b *testing.B) cpuTimes {
+	b.ReportAllocs()
+	b.ResetTimer()
+	return cpuNow()
 }
 
 // report reports the CPU time since c per operation: cpu-ns/op (user and
@@ -171,9 +177,7 @@ func benchBareEcho(b *testing.B) {
 	var cpu cpuTimes
 	for i := range n {
 		if i == 1 {
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu = cpuNow()
+			cpu = startTimer(b) // after the first round trip
 		}
 		if _, err := ca.Write(msg); err != nil {
 			b.Fatal(err)
