@@ -399,10 +399,7 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		w.fpdus++
 		return
 	}
-	if w.join && (w.scratch == nil || w.iovp == nil) {
-		w.borrow() // the batch's first FPDU: as Begin would
-	}
-	if !w.join || len(payload) > writerCopyLen || len(payload) > w.spare {
+	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
 		w.Begin(hdr, ulen)
 		w.Payload(payload)
 		w.End()

@@ -619,29 +619,19 @@ func (qp *QP) txWritten() bool {
 	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
-		ok := qp.txWrittenLocked()
+		for i := t.completedUpTo; i < t.queuedUpTo; i++ {
+			if e := qp.sq.at(i); e.state == sqActive {
+				e.state = sqDone
+			}
+		}
+		t.completedUpTo = t.queuedUpTo
+		ok := qp.sweepLocked()
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
 		}
 	}
 	return done
-}
-
-// txWrittenLocked is txWritten's work under sqMu: it marks the work
-// requests before queuedUpTo done and sweeps the SQ, reporting false
-// when the send CQ overran (the caller fails its QPs, without sqMu).
-//
-// +checklocks:qp.sqMu
-func (qp *QP) txWrittenLocked() bool {
-	t := &qp.tx
-	for i := t.completedUpTo; i < t.queuedUpTo; i++ {
-		if e := qp.sq.at(i); e.state == sqActive {
-			e.state = sqDone
-		}
-	}
-	t.completedUpTo = t.queuedUpTo
-	return qp.sweepLocked()
 }
 
 // awaitsResponse reports whether a work request of op completes when

@@ -30,8 +30,7 @@ import (
 // and txEmit as the send goroutine would, and one non-blocking writev
 // (sys.Writev through RawConn.Write, whose callback never asks to wait:
 // EAGAIN writes nothing). When the writev took the whole batch, the
-// batch's work requests complete there (txDirectDone, with the look for
-// more work under the same hold of sqMu), so a signaled one's
+// batch's work requests complete there (txWritten), so a signaled one's
 // completion is in the CQ when PostSend returns.
 //
 // Whatever that leaves (the unwritten rest of the batch, t.rest; another
@@ -125,22 +124,8 @@ func (qp *QP) txDirectRun() bool {
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
 	t.written()
-	return qp.txDirectDone()
-}
-
-// txDirectDone completes the work requests of the batch a direct send
-// wrote (txWrittenLocked) and reports whether the send engine has more
-// to do (as txDirectMore), under one hold of sqMu.
-func (qp *QP) txDirectDone() bool {
-	t := &qp.tx
-	qp.sqMu.Lock()
-	ok := t.completedUpTo == t.queuedUpTo || qp.txWrittenLocked()
-	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
-	qp.sqMu.Unlock()
-	if !ok {
-		qp.scq.overflowed()
-	}
-	return more || t.job != jobNone || qp.broken.Load() || !qp.rtsNow()
+	qp.txWritten()
+	return qp.txDirectMore()
 }
 
 // txDirectBuild is guardTx's function for a direct send (bound once, as
