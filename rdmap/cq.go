@@ -246,10 +246,10 @@ func (cq *CQ) wakeBy(by *QP) {
 
 // wakeWaiter wakes a goroutine waiting on notify. A wake-up already
 // pending (notify full) stands for this one: the waiter that takes it
-// looks at the CQ after (under mu), so it sees what the caller pushed
-// before. A waiter that took the token before the caller pushed took it
-// before the caller's CQ.mu section, or it looks at the CQ after that
-// section, so len sees its receive or the waiter sees the push.
+// looks at the CQ (and the engine) after. The len test is the one a
+// non-blocking send makes first, without the channel's lock; made here,
+// it saves the call on the common path (a driver's own completion, with
+// nobody asleep on notify and its token still there).
 func (cq *CQ) wakeWaiter() {
 	if len(cq.notify) != 0 {
 		return
