@@ -29,7 +29,8 @@ import (
 // batches it); then, without sqMu (txDirectGo), it runs one job, txPick
 // and txEmit as the send goroutine would, and one non-blocking writev
 // (sys.Writev through RawConn.Write, whose callback never asks to wait:
-// EAGAIN writes nothing). When the writev took the whole batch, the
+// EAGAIN writes nothing; a small FPDU is one slice, written with
+// write(2)). When the writev took the whole batch, the
 // batch's work requests complete there (txWritten), so a signaled one's
 // completion is in the CQ when PostSend returns.
 //
