@@ -84,9 +84,13 @@ func (qp *QP) memoryFault(op string, addr uintptr, cause error, terminate bool) 
 // catastrophic Terminate, and guardRx returns the error. Other panics go
 // on. It is meant as the body of the receive goroutine.
 func (qp *QP) guardRx(run func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	old := debug.SetPanicOnFault(true)
 	defer func() {
-		if v := recover(); v != nil {
+		// One deferred call restores the setting and recovers (run once
+		// per drive of a PollRx waiter).
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v != nil {
 			addr, re, ok := qp.dev.faultAddr(v)
 			if !ok {
 				panic(v)
@@ -118,9 +122,11 @@ func (qp *QP) guardRx(run func() error) (err error) {
 // the stream may stop mid-FPDU, so the QP fails without a Terminate and
 // the error is returned (the engine aborts the connection).
 func (qp *QP) guardTx(run func() (bool, error)) (progressed bool, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	old := debug.SetPanicOnFault(true)
 	defer func() {
-		if v := recover(); v != nil {
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v != nil {
 			addr, re, ok := qp.dev.faultAddr(v)
 			if !ok {
 				panic(v)
