@@ -126,6 +126,11 @@ type Writer struct {
 	buf      *[]byte     // copy mode: the batch buffer, while the batch is not empty
 	batch    []byte      // copy mode: the batch so far, in *buf
 
+	// arena, zero copy without WriterConfig.Scratch: the arena and iovec
+	// array of the batch lent together (zeroCopyPool), which scratchp and
+	// iovp then point into.
+	arena *writerArena
+
 	batchBytes int // bytes in the batch
 	fpdus      int // FPDUs in the batch
 
@@ -170,7 +175,9 @@ func (w *Writer) Init(cfg WriterConfig) {
 }
 
 // The arenas and iovec arrays Writers borrow per batch (pointers, so that
-// a Put does not allocate).
+// a Put does not allocate); zeroCopyPool lends both at once to a Writer
+// without CRC and WriterConfig.Scratch, so that its batch costs one Get
+// and one Put.
 var (
 	scratchPool = sync.Pool{New: func() any {
 		b := make([]byte, 0, WriterScratchLen)
@@ -180,11 +187,30 @@ var (
 		v := make([][]byte, 0, WriterMaxIOV+8)
 		return &v
 	}}
+	zeroCopyPool = sync.Pool{New: func() any {
+		return &writerArena{
+			scratch: make([]byte, 0, WriterScratchLen),
+			iov:     make([][]byte, 0, WriterMaxIOV+8),
+		}
+	}}
 )
+
+// writerArena is a scratch arena and an iovec array lent together
+// (zeroCopyPool).
+type writerArena struct {
+	scratch []byte
+	iov     [][]byte
+}
 
 // borrow takes the batch's scratch arena (when WriterConfig.Scratch was
 // empty) and, without CRC, its iovec array.
 func (w *Writer) borrow() {
+	if w.scratch == nil && !w.crc && w.iovp == nil {
+		a := zeroCopyPool.Get().(*writerArena)
+		w.arena, w.scratchp, w.iovp = a, &a.scratch, &a.iov
+		w.scratch, w.iov = a.scratch[:0], a.iov[:0]
+		return
+	}
 	if w.scratch == nil {
 		w.scratchp = scratchPool.Get().(*[]byte)
 		w.scratch = (*w.scratchp)[:0]
@@ -201,6 +227,12 @@ func (w *Writer) Reset() {
 	if w.buf != nil {
 		w.buffers.Put(w.buf)
 		w.buf, w.batch = nil, nil
+	}
+	if a := w.arena; a != nil {
+		clear(w.iov)
+		a.iov = w.iov[:0]
+		zeroCopyPool.Put(a)
+		w.arena, w.scratchp, w.scratch, w.iovp, w.iov = nil, nil, nil, nil, nil
 	}
 	if w.scratchp != nil {
 		scratchPool.Put(w.scratchp)

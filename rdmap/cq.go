@@ -50,14 +50,13 @@ type CQ struct {
 
 	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
 	// CQ this is, driving it while a waiter runs its receive engine;
-	// wctx and wstop are the context watch registers for drivers (kept
-	// for the next Wait with the same context), ctxDoneFn is ctxDone,
-	// bound once.
+	// wreg is the context watch registered for drivers (kept for the
+	// next Wait whose context has the same Done channel; replaced under
+	// wmu), ctxDoneFn is ctxDone, bound once.
 	poll      atomic.Pointer[QP]
 	driving   atomic.Pointer[QP]
 	wmu       sync.Mutex
-	wctx      context.Context // +checklocks:wmu
-	wstop     func() bool     // +checklocks:wmu
+	wreg      atomic.Pointer[ctxWatch]
 	ctxDoneFn func()
 }
 
@@ -84,8 +83,9 @@ func (cq *CQ) Cap() int { return cq.ring.limit }
 // the overflow list after an overrun included.
 func (cq *CQ) Len() int {
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.ring.len() + len(cq.ovf) - cq.ovfHead
+	n := cq.ring.len() + len(cq.ovf) - cq.ovfHead
+	cq.mu.Unlock()
+	return n
 }
 
 // Err returns ErrCQOverflow once the CQ has overrun.
@@ -132,8 +132,8 @@ func (cq *CQ) Poll(wcs []WC) int {
 // finds nothing to poll runs that QP's receive engine on its own
 // goroutine until a completion is waiting or ctx is done (one waiter at a
 // time; the others wait as usual). The first registration of a context
-// that can be canceled allocates; later Waits with the same context do
-// not.
+// that can be canceled allocates; later Waits with the same context (or
+// one with the same Done channel) do not.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
@@ -141,10 +141,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		cq.mu.Unlock()
 		if n > 0 {
 			// Pass the wake-up on, in case another waiter slept.
-			select {
-			case cq.notify <- struct{}{}:
-			default:
-			}
+			cq.wakeWaiter()
 			return nil
 		}
 		if ovf {
@@ -247,8 +244,16 @@ func (cq *CQ) wakeBy(by *QP) {
 	cq.wakeWaiter()
 }
 
-// wakeWaiter wakes a goroutine waiting on notify.
+// wakeWaiter wakes a goroutine waiting on notify. A wake-up already
+// pending (notify full) stands for this one: the waiter that takes it
+// looks at the CQ (and the engine) after. The len test is the one a
+// non-blocking send makes first, without the channel's lock; made here,
+// it saves the call on the common path (a driver's own completion, with
+// nobody asleep on notify and its token still there).
 func (cq *CQ) wakeWaiter() {
+	if len(cq.notify) != 0 {
+		return
+	}
 	select {
 	case cq.notify <- struct{}{}:
 	default:

@@ -84,9 +84,13 @@ func (qp *QP) memoryFault(op string, addr uintptr, cause error, terminate bool) 
 // catastrophic Terminate, and guardRx returns the error. Other panics go
 // on. It is meant as the body of the receive goroutine.
 func (qp *QP) guardRx(run func() error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	old := debug.SetPanicOnFault(true)
 	defer func() {
-		if v := recover(); v != nil {
+		// One deferred call restores the setting and recovers (run once
+		// per drive of a PollRx waiter).
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v != nil {
 			addr, re, ok := qp.dev.faultAddr(v)
 			if !ok {
 				panic(v)
@@ -103,7 +107,7 @@ func (qp *QP) guardRx(run func() error) (err error) {
 		}
 	}()
 	err = run()
-	if errors.Is(err, syscall.EFAULT) {
+	if err != nil && err != errYield && errors.Is(err, syscall.EFAULT) {
 		// The stream is intact (readv read up to the fault): the
 		// Terminate can still go.
 		err = qp.memoryFault("receive", 0, err, true)
@@ -118,9 +122,11 @@ func (qp *QP) guardRx(run func() error) (err error) {
 // the stream may stop mid-FPDU, so the QP fails without a Terminate and
 // the error is returned (the engine aborts the connection).
 func (qp *QP) guardTx(run func() (bool, error)) (progressed bool, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	old := debug.SetPanicOnFault(true)
 	defer func() {
-		if v := recover(); v != nil {
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v != nil {
 			addr, re, ok := qp.dev.faultAddr(v)
 			if !ok {
 				panic(v)
@@ -130,7 +136,7 @@ func (qp *QP) guardTx(run func() (bool, error)) (progressed bool, err error) {
 		}
 	}()
 	progressed, err = run()
-	if errors.Is(err, syscall.EFAULT) {
+	if err != nil && errors.Is(err, syscall.EFAULT) {
 		err = qp.memoryFault("send", 0, err, false)
 	}
 	return progressed, err

@@ -205,6 +205,9 @@ type QP struct {
 	// connection is reset, and the send engine must not send a FIN first
 	// (the peer would read a graceful close before the RST).
 	aborting atomic.Bool
+	// inRTS is state == StateRTS, stored under mu with state and read
+	// without it (rtsNow: the direct send's check).
+	inRTS atomic.Bool
 	// bell is the send engine's doorbell (non-blocking, coalescing).
 	bell chan struct{}
 	// rxFirst is closed once the first FPDU has arrived; a responder sends
@@ -417,6 +420,7 @@ func (qp *QP) setStateLocked(s QPState) error {
 		return err
 	}
 	qp.state = s
+	qp.inRTS.Store(s == StateRTS)
 	return nil
 }
 
@@ -840,9 +844,11 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	// Alone in the SQ, nothing else to send: written here if the send
 	// engine is parked (txdirect.go).
-	direct := qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(e.op)
+	took, run := qp.txDirectTakeLocked(e)
 	qp.sqMu.Unlock()
-	if !direct || !qp.txDirect() {
+	if took {
+		qp.txDirectGo(run)
+	} else {
 		qp.ring()
 	}
 	return nil
@@ -966,6 +972,7 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	}
 	flush, ok := qp.sqMode == postFlush, true
 	n := 0
+	var first *sqEntry
 	for ; n < len(wrs); n++ {
 		if n > 0 {
 			if verr = qp.validateSend(&wrs[n]); verr != nil {
@@ -981,6 +988,9 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 			break
 		}
 		e := qp.pushSendLocked(&wrs[n])
+		if n == 0 {
+			first = e
+		}
 		if flush {
 			e.state, e.status = sqDone, WCWRFlushErr
 			qp.sqNext = qp.sq.tail
@@ -996,9 +1006,14 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	}
 	// A list of one alone in the SQ, nothing else to send: written here
 	// if the send engine is parked (txdirect.go), as by PostSend.
-	direct := n == 1 && qp.sqNext == qp.sq.tail-1 && qp.irq.empty() && directOp(wrs[0].Op)
+	took, run := false, false
+	if n == 1 {
+		took, run = qp.txDirectTakeLocked(first)
+	}
 	qp.sqMu.Unlock()
-	if n > 0 && (!direct || !qp.txDirect()) {
+	if took {
+		qp.txDirectGo(run)
+	} else if n > 0 {
 		qp.ring()
 	}
 	return n, verr

@@ -260,6 +260,9 @@ func TestBorrowedRefSpill(t *testing.T) {
 	if tx.refsp != nil || len(tx.refs) != 0 {
 		t.Errorf("reference list kept after the last drop: %d entries", len(tx.refs))
 	}
+	if tx.ref1 != ([1]txRef{}) {
+		t.Errorf("ref1 still names a region after the last drop: %+v", tx.ref1[0])
+	}
 }
 
 // newRefsQP returns a PD, a QP in it with the given queue depths and

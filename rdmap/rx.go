@@ -427,6 +427,12 @@ func (rx *rxEngine) loop(driven bool) error {
 		}
 		if ti != nil {
 			rx.failWith(ti)
+		} else if driven && rx.nwcs > 0 && !rx.rd.Partial() {
+			// A receive completed and nothing more is buffered: the
+			// next step would be a read, before which the completion is
+			// pushed and the driver asked to yield (settle, wakeBy).
+			// Yield now; the deferred settle pushes it.
+			return errYield
 		}
 	}
 }

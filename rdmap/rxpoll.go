@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -142,10 +141,15 @@ func (qp *QP) rxTakeBack() {
 // request to yield is the last holder's: the next one starts without it.
 func (qp *QP) rxRelease() {
 	rx := &qp.rx
-	rx.yield.Store(false)
+	if rx.yield.Load() {
+		rx.yield.Store(false)
+	}
 	rx.freeSince.Store(monoNow())
 	rx.owner.Store(rxFree)
-	if !rx.idleArmed.Swap(true) {
+	// A pending timer (the common case) is seen with a load: a fire that
+	// clears idleArmed after it then sees rxFree (stored first) and
+	// arms itself again for the rest (rxIdle).
+	if !rx.idleArmed.Load() && !rx.idleArmed.Swap(true) {
 		rx.idle.Reset(qp.cfg.PollRxIdle)
 	}
 }
@@ -171,7 +175,11 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 		}
 		return false
 	}
-	rx.yield.Store(false)
+	if rx.yield.Load() {
+		// Asked while free (a kick that raced the last release): not
+		// this driver's request. One that comes after this load is.
+		rx.yield.Store(false)
+	}
 	cq.watch(ctx)
 	cq.driving.Store(qp)
 	var err error
@@ -221,21 +229,33 @@ func (qp *QP) rxFinal(conn net.Conn, err error) {
 
 // watch arranges for a driver on cq to be kicked when ctx is done. The
 // registration (context.AfterFunc, which allocates) is kept for the next
-// Wait with the same context, so a loop of Waits with one context
-// registers once.
+// Wait whose context has the same Done channel (a context is done exactly
+// when its Done channel is closed), so a loop of Waits with one context
+// registers once and then costs one atomic load per Wait.
 func (cq *CQ) watch(ctx context.Context) {
-	if ctx.Done() == nil {
+	done := ctx.Done()
+	if done == nil {
+		return
+	}
+	if w := cq.wreg.Load(); w != nil && w.done == done {
 		return
 	}
 	cq.wmu.Lock()
 	defer cq.wmu.Unlock()
-	if cq.wctx != nil && reflect.TypeOf(ctx).Comparable() && cq.wctx == ctx {
-		return
+	if w := cq.wreg.Load(); w != nil {
+		if w.done == done {
+			return
+		}
+		w.stop()
 	}
-	if cq.wstop != nil {
-		cq.wstop()
-	}
-	cq.wctx, cq.wstop = ctx, context.AfterFunc(ctx, cq.ctxDoneFn)
+	cq.wreg.Store(&ctxWatch{done: done, stop: context.AfterFunc(ctx, cq.ctxDoneFn)})
+}
+
+// ctxWatch is watch's registration: the Done channel of the context
+// watched and the function that cancels the AfterFunc.
+type ctxWatch struct {
+	done <-chan struct{}
+	stop func() bool
 }
 
 // ctxDone kicks the driver of cq, if any (watch's AfterFunc).
@@ -248,9 +268,8 @@ func (cq *CQ) ctxDone() {
 // unwatch drops watch's registration.
 func (cq *CQ) unwatch() {
 	cq.wmu.Lock()
-	if cq.wstop != nil {
-		cq.wstop()
+	if w := cq.wreg.Swap(nil); w != nil {
+		w.stop()
 	}
-	cq.wctx, cq.wstop = nil, nil
 	cq.wmu.Unlock()
 }

@@ -281,3 +281,51 @@ func TestPollRxOnePerCQ(t *testing.T) {
 	}
 	qp2.Close()
 }
+
+// TestPollRxCancelSharedDone: a Wait whose context shares its Done
+// channel with the context of an earlier Wait (a context.WithValue of the
+// same parent: CQ.watch keeps the earlier registration for it) still
+// returns ctx's error once that parent is canceled while it runs the
+// receive engine, and the engine delivers the next message after.
+func TestPollRxCancelSharedDone(t *testing.T) {
+	a, b, abuf, bbuf := drivenPair(t)
+	type key struct{}
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// First Wait: registers parent's Done and returns with a receive.
+	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 1, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	errc := make(chan error, 1)
+	go func() { errc <- a.cq.Wait(context.WithValue(parent, key{}, 1)) }()
+	if !rdmap.WaitRxDriven(a.qp) {
+		t.Fatal("the first Wait did not take the receive engine")
+	}
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+	if err := <-errc; err != nil {
+		t.Fatalf("first Wait = %v, want the receive", err)
+	}
+	var wc [1]rdmap.WC
+	if a.cq.Poll(wc[:]) != 1 {
+		t.Fatal("first Wait returned with nothing to poll")
+	}
+	expectWC(t, wc[0], 1, rdmap.WCRecv, rdmap.WCSuccess)
+	rdmap.WaitRxFree(a.qp)
+	// Second Wait, another context with the same Done channel: canceling
+	// the parent must end it.
+	go func() { errc <- a.cq.Wait(context.WithValue(parent, key{}, 2)) }()
+	if !rdmap.WaitRxDriven(a.qp) {
+		cancel()
+		t.Fatal("the second Wait did not take the receive engine")
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("second Wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("second Wait still runs 20s after its context was canceled (the driver was not kicked)")
+	}
+	mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: 2, SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+	expectWC(t, poll(t, a.cq), 2, rdmap.WCRecv, rdmap.WCSuccess)
+}

@@ -154,14 +154,16 @@ type txEngine struct {
 	// slot never moves (ring.go).
 	runEnd uint64
 
-	// Memory references: refs[refsHead:] (in *refsp, from refPool while
-	// not empty) are the references of started work requests, in SQ
-	// order (see txRef); releases (in *releasesp, from releasePool) the
-	// references of queued Read Responses. Both drop once the batch
-	// holding their bytes is written (written).
+	// Memory references: refs[refsHead:] (while not empty: in ref1 while
+	// they are one, the common batch from one region and every direct
+	// send, else in *refsp, from refPool) are the references of started
+	// work requests, in SQ order (see txRef); releases (in *releasesp,
+	// from releasePool) the references of queued Read Responses. Both
+	// drop once the batch holding their bytes is written (written).
 	refs     []txRef
 	refsp    *[]txRef
 	refsHead int
+	ref1     [1]txRef
 
 	// Completion: work requests before queuedUpTo are wholly in the
 	// writer's batches; those from completedUpTo on are marked done
@@ -260,9 +262,15 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 	if !mr.acquire() {
 		return false
 	}
-	if t.refsp == nil {
+	switch {
+	case t.refs == nil:
+		t.refs = t.ref1[:0:1]
+	case t.refsp == nil && len(t.refs) == cap(t.refs):
+		// A second reference: the list moves from ref1 to a pooled array.
 		t.refsp = refPool.Get().(*[]txRef)
-		t.refs = (*t.refsp)[:0]
+		t.refs = append((*t.refsp)[:0], t.refs[t.refsHead:]...)
+		t.refsHead = 0
+		t.ref1 = [1]txRef{}
 	}
 	t.refs = append(t.refs, txRef{mr: mr, upTo: idx + 1})
 	return true
@@ -276,9 +284,11 @@ func (t *txEngine) dropRefs(all bool) {
 		t.refs[t.refsHead] = txRef{}
 		t.refsHead++
 	}
-	if t.refsp != nil && t.refsHead == len(t.refs) {
-		*t.refsp = t.refs[:0]
-		refPool.Put(t.refsp)
+	if t.refs != nil && t.refsHead == len(t.refs) {
+		if t.refsp != nil {
+			*t.refsp = t.refs[:0]
+			refPool.Put(t.refsp)
+		}
 		t.refsp, t.refs, t.refsHead = nil, nil, 0
 	}
 }

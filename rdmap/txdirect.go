@@ -16,18 +16,21 @@ import (
 // belongs to the send goroutine while txEngine.state is txRunning. Once
 // the goroutine has parked (txParked: it has exited), PostSend may take
 // the engine by moving the state from txParked to txDirect (a
-// compare-and-swap; it never waits), which it tries only when its work
-// request is the only one the engine has not taken, no Read or Atomic
-// Response is queued, and the request is no Local Invalidate, fast
-// registration or window bind (their fences may wait: directOp). Holding
-// the engine, txDirect checks that it has passed its gate (a responder's
-// wait for the initiator's first FPDU, the initiator's first-send
-// delay), that the QP is in RTS with nothing in progress, and that the
-// message is one FPDU (txDirectFits: a larger one is the send
-// goroutine's, which batches it); then it runs one job, txPick and
-// txEmit as the send goroutine would, and one non-blocking writev
+// compare-and-swap; it never waits), which it tries, still holding
+// QP.sqMu after pushing its work request (txDirectTakeLocked), only when
+// the request is the only one the engine has not taken, no Read or
+// Atomic Response is queued, and the request is no Local Invalidate,
+// fast registration or window bind (their fences may wait: directOp).
+// Holding the engine and sqMu, it checks that the engine has passed its
+// gate (a responder's wait for the initiator's first FPDU, the
+// initiator's first-send delay), that the QP is in RTS with nothing in
+// progress, and that the message is runnable and one FPDU
+// (txDirectFitsLocked: a larger one is the send goroutine's, which
+// batches it); then, without sqMu (txDirectGo), it runs one job, txPick
+// and txEmit as the send goroutine would, and one non-blocking writev
 // (sys.Writev through RawConn.Write, whose callback never asks to wait:
-// EAGAIN writes nothing). When the writev took the whole batch, the
+// EAGAIN writes nothing; a small FPDU is one slice, written with
+// write(2)). When the writev took the whole batch, the
 // batch's work requests complete there (txWritten), so a signaled one's
 // completion is in the CQ when PostSend returns.
 //
@@ -48,28 +51,42 @@ import (
 // error is left to the send goroutine's own write of the rest, which
 // meets it again and ends the QP as it always does.
 
-// txDirect runs one job of the send engine on the caller's goroutine
-// (see above). It reports false when the caller must ring the doorbell
-// instead (the send goroutine runs, or the engine could not be taken).
-func (qp *QP) txDirect() bool {
+// txDirectTakeLocked is the direct-send decision of PostSend and
+// PostSends, under sqMu right after they pushed the work request e (see
+// above): it takes the send engine (txParked to txDirect; it never
+// waits) when e is the only request the engine has not taken, no
+// Response is queued and e is a directOp. It reports whether it took the
+// engine, and whether e is to be written here (run: the engine has
+// passed its gate, has nothing in progress, the QP is in RTS and e is
+// runnable and one FPDU, txDirectFitsLocked). Holding sqMu and the
+// engine, nothing it looked at changes before txDirectGo but what a
+// later post adds (which the send goroutine takes after this one).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
 	t := &qp.tx
-	if t.raw == nil || !t.state.CompareAndSwap(txParked, txDirect) {
-		return false
+	if t.raw == nil || qp.sqNext != qp.sq.tail-1 || !qp.irq.empty() || !directOp(e.op) ||
+		!t.state.CompareAndSwap(txParked, txDirect) {
+		return false, false
 	}
+	return true, t.gated && t.job == jobNone && !t.rest && !qp.broken.Load() && qp.rtsNow() && qp.txDirectFitsLocked(e)
+}
+
+// txDirectGo runs, after sqMu is released, the direct send
+// txDirectTakeLocked took the engine for, when run, and gives the engine
+// back (txDirectEnd).
+func (qp *QP) txDirectGo(run bool) {
 	more := true
-	if t.gated && t.job == jobNone && !t.rest && !qp.broken.Load() && qp.rtsNow() && qp.txDirectFits() {
+	if run {
 		more = qp.txDirectRun()
 	}
 	qp.txDirectEnd(more)
-	return true
 }
 
-// rtsNow reports whether the QP is in RTS.
-func (qp *QP) rtsNow() bool {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.state == StateRTS
-}
+// rtsNow reports whether the QP is in RTS, without QP.mu (the state
+// changes under mu; a send that saw RTS just before a change is one that
+// the change found under way, as with the lock).
+func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 
 // txDirectRun builds and writes one batch (see above). It reports
 // whether the send engine has more to do.
@@ -151,24 +168,22 @@ func directOp(op WROpcode) bool {
 	return op != WRLocalInv && op != WRRegMR && op != WRBindMW
 }
 
-// txDirectFits reports whether the next SQ job is one FPDU (or a Write
-// and its Immediate Data) whose iovecs one sys.Writev takes, with no
-// Response waiting: a larger message is the send goroutine's, which
+// txDirectFitsLocked reports whether e, the SQ entry at sqNext, is
+// runnable and one FPDU (or a Write and its Immediate Data) whose iovecs
+// one sys.Writev takes: a larger message is the send goroutine's, which
 // writes it in batches (a direct send of its first piece would only add
 // a writev).
-func (qp *QP) txDirectFits() bool {
-	t := &qp.tx
-	qp.sqMu.Lock()
-	defer qp.sqMu.Unlock()
-	e, ok := qp.sqRunnableLocked()
-	if !ok || !qp.irq.empty() || qp.sqNext != qp.sq.tail-1 || !directOp(e.op) {
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txDirectFitsLocked(e *sqEntry) bool {
+	if _, ok := qp.sqRunnableLocked(); !ok {
 		return false
 	}
 	switch e.op {
 	case WRRead, WRFetchAdd, WRCmpSwap, WRImmData:
 		return true
 	}
-	return int(e.length)+ddp.TaggedHeaderLen <= t.ulpdu && int(e.nsge) <= sys.WritevMaxIOV-3
+	return int(e.length)+ddp.TaggedHeaderLen <= qp.tx.ulpdu && int(e.nsge) <= sys.WritevMaxIOV-3
 }
 
 // txDirectMore reports whether the send engine has work after a direct

@@ -20,8 +20,13 @@ const WritevMaxIOV = 8
 // socket fd with one writev(2) and returns what it returned: the bytes
 // written (perhaps fewer than given), or the bare syscall.Errno (EINTR
 // and EAGAIN included). fd must be the descriptor RawConn.Write hands its
-// callback.
+// callback. One slice (a small FPDU, which mpa.Writer builds contiguous)
+// goes out with write(2), the same for the kernel without the iovec
+// array to build and copy in.
 func Writev(fd uintptr, iov [][]byte) (int, error) {
+	if len(iov) == 1 {
+		return unix.Write(int(fd), iov[0])
+	}
 	if len(iov) > WritevMaxIOV {
 		iov = iov[:WritevMaxIOV]
 	}
