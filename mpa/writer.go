@@ -347,24 +347,8 @@ func (w *Writer) End() {
 func (w *Writer) FPDU(hdr, payload []byte) {
 	ulen := len(hdr) + len(payload)
 	if w.crc && !w.markers && ulen <= copyChunk {
-		// The whole FPDU is copied into the batch buffer at once (Room
-		// reserved the room) and the CRC computed over that copy.
 		w.takeBuf()
-		s := len(w.batch)
-		c := s + LengthFieldLen + ulen + PadLen(ulen)
-		b := w.batch[s : c+CRCLen]
-		binary.BigEndian.PutUint16(b, uint16(ulen))
-		putHeader(b[LengthFieldLen:], hdr)
-		copy(b[LengthFieldLen+len(hdr):], payload)
-		binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
-		w.fpduStart, w.ulpduLen = w.pos, ulen
-		w.fpduCRC = UpdateCRC(0, b[:c-s])
-		binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
-		w.batch = w.batch[:c+CRCLen]
-		n := len(w.batch) - s
-		w.pos += uint64(n)
-		w.batchBytes += n
-		w.fpdus++
+		w.copyFPDU(hdr, payload)
 		return
 	}
 	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
@@ -374,8 +358,73 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 		return
 	}
 	// Room left the capacity: the spare bytes for the payload, 8 for the
-	// pad and the CRC field. Written in place, one slice of scratch.
+	// pad and the CRC field.
 	w.spare -= len(payload)
+	w.joinFPDU(hdr, payload)
+}
+
+// AddFPDU adds the whole FPDU that FPDU(hdr, payload) adds if the batch
+// has room for it, and reports whether it did; when it reports false the
+// batch is as it was, and the caller flushes it and adds the FPDU to the
+// next one (an empty batch has room for any FPDU Room accepts there).
+// It is Room(len(hdr)+len(payload), 1) and FPDU in one call, except that
+// a small FPDU (without markers: with CRC a ULPDU of at most 8 KiB,
+// without a payload of at most WriterCopyLen bytes) is measured by the
+// bytes it takes rather than by Room's bound for any FPDU, once the
+// batch holds an FPDU: the small-message path, one call and one copy of
+// the whole FPDU per message. hdr must be at most MaxHeader bytes long.
+func (w *Writer) AddFPDU(hdr, payload []byte) bool {
+	ulen := len(hdr) + len(payload)
+	if w.fpdus > 0 && !w.markers && w.batchBytes+ulen <= WriterMaxBytes {
+		// Exactly what the FPDU takes: length field, ULPDU, pad, CRC
+		// field (the pad and the CRC are written as two words of 4).
+		need := LengthFieldLen + ulen + PadLen(ulen) + CRCLen
+		switch {
+		case w.crc:
+			if w.buf != nil && ulen <= copyChunk && len(w.batch)+need <= cap(w.batch) {
+				w.copyFPDU(hdr, payload)
+				return true
+			}
+		case w.join:
+			if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
+				len(w.iov) < WriterMaxIOV {
+				w.joinFPDU(hdr, payload)
+				return true
+			}
+		}
+	}
+	if !w.Room(ulen, 1) {
+		return false
+	}
+	w.FPDU(hdr, payload)
+	return true
+}
+
+// copyFPDU copies a whole FPDU into the batch buffer at once (the caller
+// made sure of the room) and computes the CRC over that copy.
+func (w *Writer) copyFPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
+	s := len(w.batch)
+	c := s + LengthFieldLen + ulen + PadLen(ulen)
+	b := w.batch[s : c+CRCLen]
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	putHeader(b[LengthFieldLen:], hdr)
+	copy(b[LengthFieldLen+len(hdr):], payload)
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
+	w.fpduStart, w.ulpduLen = w.pos, ulen
+	w.fpduCRC = UpdateCRC(0, b[:c-s])
+	binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
+	w.batch = w.batch[:c+CRCLen]
+	n := len(w.batch) - s
+	w.pos += uint64(n)
+	w.batchBytes += n
+	w.fpdus++
+}
+
+// joinFPDU writes a whole FPDU in place in the scratch arena, one slice
+// of it (zero copy without markers; the caller made sure of the room).
+func (w *Writer) joinFPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
 	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
 	s := len(w.scratch)
 	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen

@@ -1024,35 +1024,65 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // job on that are one FPDU each with one piece of payload: a Send or
 // Write of inline data or one SGE whose message is one DDP segment, the
 // small message, framed as txEmitData frames it without its per-segment
-// steps. It stops at the first other job (left to txEmit) and reports
-// false when the batch is full.
+// steps (one AddFPDU each, the engine's cursor moved once at the end).
+// It stops at the first other job (left to txEmit) and reports false
+// when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
-	for t.job == jobSQ && t.msgOff == 0 && !qp.broken.Load() {
-		e := t.wr
-		var op wire.Opcode
+	if t.job != jobSQ || t.msgOff != 0 {
+		return true
+	}
+	e, idx := t.wr, t.wrIdx
+	full := false
+	for !qp.broken.Load() {
+		var h []byte
 		switch e.op {
 		case WRWrite:
-			op = wire.OpWrite
+			if (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-ddp.TaggedHeaderLen {
+				break
+			}
+			h = t.hdr[:ddp.TaggedHeaderLen]
+			ddp.PutTagged(h, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
+				STag: e.remote.STag, TO: e.remote.Offset})
 		case WRSend, WRSendInv:
-			op = sendOpcode(e)
-		default:
-			return true
+			if (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-ddp.UntaggedHeaderLen {
+				break
+			}
+			h = t.hdr[:ddp.UntaggedHeaderLen]
+			ddp.PutUntagged(h, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, sendOpcode(e)),
+				RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend]})
 		}
-		hlen, n := dataHeaderLen(op), int(e.length)
-		if (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
-			return true
+		if h == nil {
+			break // not a small message: txEmit's
 		}
-		if !t.w.Room(hlen+n, 2) {
-			return false
+		var p []byte
+		if e.inline {
+			s := qp.sq.slot(idx) * qp.cfg.MaxInline
+			p = qp.inline[s : s+int(e.length)]
+		} else {
+			p = e.sge0.MR.localBytes(e.sge0.Offset, uint64(e.length))
 		}
-		t.w.FPDU(t.dataHeader(e, op, true), qp.txPiece(e, n))
-		if op != wire.OpWrite {
+		if !t.w.AddFPDU(h, p) {
+			full = true
+			break
+		}
+		if e.op != WRWrite {
 			t.msn[wire.QNSend]++
 		}
-		t.finishWR()
+		idx++
+		if idx == t.runEnd {
+			// The run is queued (finishWR's end of a run).
+			t.queuedUpTo = idx
+			t.job, t.wr = jobNone, nil
+			return true
+		}
+		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
-	return true
+	if idx != t.wrIdx {
+		t.queuedUpTo = idx
+		t.startJob(e, idx)
+	}
+	return !full
 }
 
 // dataHeaderLen is the DDP header length of a data message of opcode op:
