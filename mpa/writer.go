@@ -130,13 +130,17 @@ type Writer struct {
 	fpdus      int // FPDUs in the batch
 
 	// join: zero copy without markers, where pieces of scratch that
-	// follow each other share an iovec. scrEnd is where in scratch the
-	// last iovec ends when it is a piece of scratch (-1 otherwise);
-	// spare is the scratch the last Room left beyond what it reserved
-	// for its FPDU, which Payload may fill with copies.
-	join   bool
-	scrEnd int
-	spare  int
+	// follow each other share an iovec. When the last iovec is a piece
+	// of scratch that may still grow (the open iovec), scrEnd is where
+	// in scratch it ends (-1 otherwise) and scrStart where it starts; it
+	// grows by moving scrEnd alone, and syncIOV writes its extent into
+	// iov before anything reads or appends iovecs. spare is the scratch
+	// the last Room left beyond what it reserved for its FPDU, which
+	// Payload may fill with copies.
+	join     bool
+	scrStart int
+	scrEnd   int
+	spare    int
 	// A batch partly written (Wrote): zero copy, iov[iovHead:] is the
 	// rest (iov[iovHead] trimmed in place); copy mode, batch[batchOff:].
 	iovHead  int
@@ -491,6 +495,7 @@ func (w *Writer) put(p []byte) {
 	w.pos += uint64(len(p))
 	w.batchBytes += len(p)
 	if !w.crc {
+		w.syncIOV()
 		w.iov = append(w.iov, p)
 		w.scrEnd = -1
 		return
@@ -522,18 +527,25 @@ func (w *Writer) takeBuf() {
 var writerCopyLen = WriterCopyLen
 
 // putScratch adds scratch[s:], all of it appended since s, to a batch
-// without CRC and markers, extending the last iovec instead when that
+// without CRC and markers, extending the open iovec instead when that
 // one ends at s in scratch.
 func (w *Writer) putScratch(s int) {
 	n := len(w.scratch) - s
 	w.pos += uint64(n)
 	w.batchBytes += n
-	if k := len(w.iov); k > 0 && w.scrEnd == s {
-		w.iov[k-1] = w.scratch[s-len(w.iov[k-1]) : len(w.scratch) : len(w.scratch)]
-	} else {
-		w.iov = append(w.iov, w.scratch[s:len(w.scratch):len(w.scratch)])
+	if w.scrEnd != s {
+		w.syncIOV()
+		w.iov = append(w.iov, nil) // syncIOV's to fill
+		w.scrStart = s
 	}
 	w.scrEnd = len(w.scratch)
+}
+
+// syncIOV writes the open iovec's extent (see scrEnd) into iov.
+func (w *Writer) syncIOV() {
+	if w.scrEnd >= 0 {
+		w.iov[len(w.iov)-1] = w.scratch[w.scrStart:w.scrEnd:w.scrEnd]
+	}
 }
 
 // Pending returns the bytes of the batch not yet written, in order, as
@@ -548,6 +560,7 @@ func (w *Writer) Pending() [][]byte {
 		w.pend[0] = w.batch[w.batchOff:]
 		return w.pend[:]
 	}
+	w.syncIOV()
 	return w.iov[w.iovHead:]
 }
 
@@ -565,6 +578,10 @@ func (w *Writer) Wrote(n int) bool {
 		w.Reset()
 		return true
 	}
+	// The batch is closed (nothing is added after a Wrote): the open
+	// iovec, if any, is written into iov for the trimming below.
+	w.syncIOV()
+	w.scrEnd = -1
 	for n > 0 && w.iovHead < len(w.iov) {
 		p := w.iov[w.iovHead]
 		if n < len(p) {
@@ -600,6 +617,7 @@ func (w *Writer) Flush(dst io.Writer) (int, error) {
 	if len(w.iov) == w.iovHead {
 		return 0, nil
 	}
+	w.syncIOV()
 	w.wv = w.iov[w.iovHead:]
 	n, err := w.wv.WriteTo(dst)
 	w.wv = nil
