@@ -609,13 +609,15 @@ func (qp *QP) txWritten() bool {
 	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
-		for i := t.completedUpTo; i < t.queuedUpTo; i++ {
+		ok := qp.sweepWrittenLocked(t.queuedUpTo)
+		// What the sweep did not reach (behind a Read or atomic waiting
+		// for its response) is marked done for a later sweep.
+		for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
 			if e := qp.sq.at(i); e.state == sqActive {
 				e.state = sqDone
 			}
 		}
 		t.completedUpTo = t.queuedUpTo
-		ok := qp.sweepLocked()
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
@@ -700,30 +702,38 @@ func runOp(op WROpcode) bool {
 // +checklocks:qp.sqMu
 func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	t := &qp.tx
-	for qp.sqNext-first < txRunMax && bytes < txRunBytes && qp.sqNext != qp.sq.tail {
-		e := qp.sq.at(qp.sqNext)
-		if !runOp(e.op) || (e.fence && !qp.orq.empty()) { // sqRunnableLocked's rule for run ops
-			return
+	// Under sqMu the ORQ does not change (only this engine adds to it,
+	// and a run adds nothing), nor does the SQ's tail.
+	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
+	for next != end && bytes < txRunBytes {
+		e := qp.sq.at(next)
+		if !runOp(e.op) || (e.fence && !orqEmpty) { // sqRunnableLocked's rule for run ops
+			break
 		}
-		idx := qp.sqNext
 		if e.nsge == 1 && !e.inline {
 			// The common request, one SGE: txCheckLocked and
-			// txRefsLocked in line.
+			// txRefsLocked in line, and takeRef's shared reference.
 			s := &e.sge0
-			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK || !t.takeRef(s.MR, idx) {
-				return // as below
+			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK {
+				break // as below
 			}
-		} else if qp.txCheckLocked(e, qp.sq.slot(idx)) != WCSuccess || !qp.txRefsLocked(e, idx) {
+			if k := len(t.refs); k > t.refsHead && t.refs[k-1].mr == s.MR {
+				t.refs[k-1].upTo = next + 1
+			} else if !t.takeRef(s.MR, next) {
+				break
+			}
+		} else if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
 			// Started first in the next run, it fails there, once the
 			// requests before it are queued. References the refused
-			// start took are shared with it (upTo idx+1) and drop as
+			// start took are shared with it (upTo next+1) and drop as
 			// theirs do.
-			return
+			break
 		}
 		e.state = sqActive
-		qp.sqNext++
+		next++
 		bytes += uint64(e.length)
 	}
+	qp.sqNext = next
 }
 
 // startJob makes the work request e (SQ index idx) of the run the job.
