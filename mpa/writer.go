@@ -378,23 +378,23 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 // batch holds an FPDU: the small-message path, one call and one copy of
 // the whole FPDU per message. hdr must be at most MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
+	// Exactly what a small FPDU takes: length field, ULPDU, pad, CRC
+	// field (the pad and the CRC are written as two words of 4). The
+	// scratch arena (iovp) or the batch buffer (buf) is there once the
+	// batch holds an FPDU.
 	ulen := len(hdr) + len(payload)
-	if w.fpdus > 0 && !w.markers && w.batchBytes+ulen <= WriterMaxBytes {
-		// Exactly what the FPDU takes: length field, ULPDU, pad, CRC
-		// field (the pad and the CRC are written as two words of 4).
-		need := LengthFieldLen + ulen + PadLen(ulen) + CRCLen
-		switch {
-		case w.crc:
-			if w.buf != nil && ulen <= copyChunk && len(w.batch)+need <= cap(w.batch) {
-				w.copyFPDU(hdr, payload)
-				return true
-			}
-		case w.join:
-			if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
-				len(w.iov) < WriterMaxIOV {
-				w.joinFPDU(hdr, payload)
-				return true
-			}
+	need := LengthFieldLen + ulen + PadLen(ulen) + CRCLen
+	switch {
+	case w.join:
+		if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
+			len(w.iov) < WriterMaxIOV && w.batchBytes+ulen <= WriterMaxBytes {
+			w.joinFPDU(hdr, payload)
+			return true
+		}
+	case w.crc && !w.markers:
+		if w.buf != nil && ulen <= copyChunk && len(w.batch)+need <= cap(w.batch) && w.batchBytes+ulen <= WriterMaxBytes {
+			w.copyFPDU(hdr, payload)
+			return true
 		}
 	}
 	if !w.Room(ulen, 1) {
@@ -427,21 +427,22 @@ func (w *Writer) copyFPDU(hdr, payload []byte) {
 
 // joinFPDU writes a whole FPDU in place in the scratch arena, one slice
 // of it (zero copy without markers; the caller made sure of the room).
+// The payload is copied last, so that nothing is live across the copy.
 func (w *Writer) joinFPDU(hdr, payload []byte) {
 	ulen := len(hdr) + len(payload)
 	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
 	s := len(w.scratch)
 	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen
 	b := w.scratch[s:e]
-	binary.BigEndian.PutUint16(b, uint16(ulen))
-	putHeader(b[LengthFieldLen:], hdr)
-	copy(b[LengthFieldLen+len(hdr):], payload)
-	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
-	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
-	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
 	w.scratch = w.scratch[:e]
 	w.putScratch(s)
 	w.fpdus++
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
+	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
+	putHeader(b[LengthFieldLen:], hdr)
+	copy(b[LengthFieldLen+len(hdr):], payload)
 }
 
 // putHeader copies hdr to the start of b (which has room for it): the
@@ -452,7 +453,9 @@ func putHeader(b, hdr []byte) {
 	case 14:
 		*(*[14]byte)(b) = [14]byte(hdr)
 	case 18:
-		*(*[18]byte)(b) = [18]byte(hdr)
+		// 16 and 2 bytes: moves in line (18 at once is a memmove call).
+		*(*[16]byte)(b) = [16]byte(hdr)
+		*(*[2]byte)(b[16:]) = [2]byte(hdr[16:])
 	default:
 		copy(b, hdr)
 	}
