@@ -723,9 +723,12 @@ func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0) }
 // the rest).
 func (qp *QP) sweepWrittenLocked(written uint64) bool {
 	ok, pushed := true, false
-	for qp.sq.head != qp.sqNext {
-		e := qp.sq.at(qp.sq.head)
-		if e.state != sqDone && (e.state != sqActive || qp.sq.head >= written) {
+	// The SQ's head moves once, after the loop (pop's step for each
+	// entry swept).
+	head, next := qp.sq.head, qp.sqNext
+	for ; head != next; head++ {
+		e := qp.sq.at(head)
+		if e.state != sqDone && (e.state != sqActive || head >= written) {
 			break
 		}
 		if e.signaled || e.status != WCSuccess {
@@ -743,10 +746,10 @@ func (qp *QP) sweepWrittenLocked(written uint64) bool {
 		}
 		e.sge0.MR = nil
 		if e.nsge > 1 || e.op == WRRegMR || e.op == WRBindMW {
-			qp.sqClearSlot(e, qp.sq.slot(qp.sq.head))
+			qp.sqClearSlot(e, qp.sq.slot(head))
 		}
-		qp.sq.pop()
 	}
+	qp.sq.head = head
 	if pushed {
 		qp.scq.mu.Unlock()
 		qp.scq.wake()
