@@ -344,27 +344,18 @@ func (w *Writer) End() {
 // FPDU adds a whole FPDU whose ULPDU is hdr (at most MaxHeader bytes)
 // followed by payload: Begin(hdr, len(hdr)+len(payload)), Payload(payload)
 // and End in one call, with the same result and the same rules (Room
-// must have reported true for it, with one piece). Without CRC and
-// markers a payload of at most WriterCopyLen bytes is copied into the
-// scratch arena with the length field, header, pad and CRC field in one
-// step: the small-message path.
+// must have reported true for it, with one piece). With CRC and without
+// markers an FPDU of up to 8 KiB is copied into the batch buffer in one
+// step; AddFPDU is the small-message path of both modes.
 func (w *Writer) FPDU(hdr, payload []byte) {
-	ulen := len(hdr) + len(payload)
-	if w.crc && !w.markers && ulen <= copyChunk {
+	if w.crc && !w.markers && len(hdr)+len(payload) <= copyChunk {
 		w.takeBuf()
 		w.copyFPDU(hdr, payload)
 		return
 	}
-	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
-		w.Begin(hdr, ulen)
-		w.Payload(payload)
-		w.End()
-		return
-	}
-	// Room left the capacity: the spare bytes for the payload, 8 for the
-	// pad and the CRC field.
-	w.spare -= len(payload)
-	w.joinFPDU(hdr, payload)
+	w.Begin(hdr, len(hdr)+len(payload))
+	w.Payload(payload)
+	w.End()
 }
 
 // AddFPDU adds the whole FPDU that FPDU(hdr, payload) adds if the batch
@@ -388,7 +379,22 @@ func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 	case w.join:
 		if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
 			len(w.iov) < WriterMaxIOV && w.batchBytes+ulen <= WriterMaxBytes {
-			w.joinFPDU(hdr, payload)
+			// Written in place, one slice of scratch; the payload is
+			// copied last, so that nothing is live across the copy.
+			s := len(w.scratch)
+			e := s + need
+			w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
+			b := w.scratch[s:e]
+			w.scratch = w.scratch[:e]
+			w.putScratch(s)
+			w.fpdus++
+			binary.BigEndian.PutUint16(b, uint16(ulen))
+			// Pad and the zero CRC field, 4 to 7 bytes: two
+			// overlapping words.
+			binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
+			binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
+			putHeader(b[LengthFieldLen:], hdr)
+			copy(b[LengthFieldLen+len(hdr):], payload)
 			return true
 		}
 	case w.crc && !w.markers:
@@ -405,44 +411,26 @@ func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 }
 
 // copyFPDU copies a whole FPDU into the batch buffer at once (the caller
-// made sure of the room) and computes the CRC over that copy.
+// made sure of the room) and computes the CRC over that copy. The batch's
+// bookkeeping comes first, so that only the FPDU's bytes are live across
+// the copy and the CRC.
 func (w *Writer) copyFPDU(hdr, payload []byte) {
 	ulen := len(hdr) + len(payload)
 	s := len(w.batch)
-	c := s + LengthFieldLen + ulen + PadLen(ulen)
-	b := w.batch[s : c+CRCLen]
-	binary.BigEndian.PutUint16(b, uint16(ulen))
-	putHeader(b[LengthFieldLen:], hdr)
-	copy(b[LengthFieldLen+len(hdr):], payload)
-	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
+	c := LengthFieldLen + ulen + PadLen(ulen) // the bytes the CRC covers
+	b := w.batch[s : s+c+CRCLen]
+	w.batch = w.batch[:s+c+CRCLen]
 	w.fpduStart, w.ulpduLen = w.pos, ulen
-	w.fpduCRC = UpdateCRC(0, b[:c-s])
-	binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
-	w.batch = w.batch[:c+CRCLen]
-	n := len(w.batch) - s
-	w.pos += uint64(n)
-	w.batchBytes += n
-	w.fpdus++
-}
-
-// joinFPDU writes a whole FPDU in place in the scratch arena, one slice
-// of it (zero copy without markers; the caller made sure of the room).
-// The payload is copied last, so that nothing is live across the copy.
-func (w *Writer) joinFPDU(hdr, payload []byte) {
-	ulen := len(hdr) + len(payload)
-	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
-	s := len(w.scratch)
-	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen
-	b := w.scratch[s:e]
-	w.scratch = w.scratch[:e]
-	w.putScratch(s)
+	w.pos += uint64(c + CRCLen)
+	w.batchBytes += c + CRCLen
 	w.fpdus++
 	binary.BigEndian.PutUint16(b, uint16(ulen))
-	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
-	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
-	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
 	putHeader(b[LengthFieldLen:], hdr)
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
 	copy(b[LengthFieldLen+len(hdr):], payload)
+	crc := UpdateCRC(0, b[:c])
+	binary.LittleEndian.PutUint32(b[c:], crc) // PutCRC's order
+	w.fpduCRC = crc
 }
 
 // putHeader copies hdr to the start of b (which has room for it): the
