@@ -1,6 +1,7 @@
 package rdmap_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"testing"
@@ -62,5 +63,38 @@ func testSmallRunsAcrossBatches(t *testing.T, o *rdmaptest.Options, size int) {
 	}
 	if st := a.qp.Stats(); st.TxWritevs < 2 {
 		t.Logf("%d writevs for %d FPDUs: the batches did not fill", st.TxWritevs, st.TxFPDUs)
+	}
+}
+
+// TestWritesBehindReadComplete: Writes written in the same batch as a
+// Read Request, behind it in the SQ, complete once the Read's response
+// has been placed, after the Read, even when nothing is posted after
+// them (the sweep after their write stops at the Read; they must be
+// done for the sweep that the response runs).
+func TestWritesBehindReadComplete(t *testing.T) {
+	for _, c := range runOptions {
+		t.Run(c.name, func(t *testing.T) {
+			a := newSide(t, newDevice(t), rdmap.QPConfig{})
+			b := newSide(t, newDevice(t), rdmap.QPConfig{})
+			src := a.reg(t, fill(make([]byte, 128), 'w'), rdmap.AccessLocalWrite)
+			sink := a.reg(t, make([]byte, 64), rdmap.AccessLocalWrite)
+			remote := b.reg(t, fill(make([]byte, 256), 'r'), accAll)
+			at := func(off int) rdmap.Remote { return rdmap.Remote{STag: remote.STag(), Offset: uint64(off)} }
+			wrs := []rdmap.SendWR{
+				{ID: 0, Op: rdmap.WRRead, SGL: []rdmap.SGE{sink.SGE(0, 64)}, Remote: at(0), Signaled: true},
+				{ID: 1, Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(0, 64)}, Remote: at(128)},
+				{ID: 2, Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(64, 64)}, Remote: at(192), Signaled: true},
+			}
+			if k, err := a.qp.PostSends(wrs); k != len(wrs) || err != nil {
+				t.Fatalf("PostSends = %d, %v", k, err)
+			}
+			rdmaptest.Connect(t, a.qp, b.qp, &c.o)
+			wcs := pollN(t, a.cq, 2)
+			expectWC(t, wcs[0], 0, rdmap.WCRead, rdmap.WCSuccess)
+			expectWC(t, wcs[1], 2, rdmap.WCWrite, rdmap.WCSuccess)
+			if !bytes.Equal(sink.Bytes(), fill(make([]byte, 64), 'r')) {
+				t.Fatal("the Read did not fetch the remote bytes")
+			}
+		})
 	}
 }
