@@ -366,18 +366,22 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 // It is Room(len(hdr)+len(payload), 1) and FPDU in one call, except that
 // a small FPDU (without markers: with CRC a ULPDU of at most 8 KiB,
 // without a payload of at most WriterCopyLen bytes) is measured by the
-// bytes it takes rather than by Room's bound for any FPDU, once the
-// batch holds an FPDU: the small-message path, one call and one copy of
-// the whole FPDU per message. hdr must be at most MaxHeader bytes long.
+// bytes it takes rather than by Room's bound for any FPDU: the
+// small-message path, one call and one copy of the whole FPDU per
+// message (the first of a batch borrows the batch's arena or buffer, as
+// Begin would). hdr must be at most MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 	// Exactly what a small FPDU takes: length field, ULPDU, pad, CRC
-	// field (the pad and the CRC are written as two words of 4). The
-	// scratch arena (iovp) or the batch buffer (buf) is there once the
-	// batch holds an FPDU.
+	// field (the pad and the CRC are written as two words of 4). A
+	// batch's first small FPDU borrows the scratch arena (iovp) or the
+	// batch buffer (buf).
 	ulen := len(hdr) + len(payload)
 	need := LengthFieldLen + ulen + PadLen(ulen) + CRCLen
 	switch {
 	case w.join:
+		if w.scratch == nil && len(payload) <= writerCopyLen && len(hdr) <= w.maxHeader {
+			w.borrow() // a batch's first FPDU (every direct send): a pooled arena has room
+		}
 		if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
 			len(w.iov) < WriterMaxIOV && w.batchBytes+ulen <= WriterMaxBytes {
 			// Written in place, one slice of scratch; the payload is
@@ -399,6 +403,9 @@ func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 			return true
 		}
 	case w.crc && !w.markers:
+		if w.buf == nil && ulen <= copyChunk {
+			w.takeBuf() // a batch's first FPDU: the buffer has room
+		}
 		if w.buf != nil && ulen <= copyChunk && len(w.batch)+need <= cap(w.batch) && w.batchBytes+ulen <= WriterMaxBytes {
 			w.copyFPDU(hdr, payload)
 			return true
