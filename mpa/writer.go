@@ -75,8 +75,9 @@ type WriterConfig struct {
 // Writer frames FPDUs (RFC 5044 §4) into batches, each written with one
 // system call, with the markers of RFC 5044 §4.3 every 512 octets of the
 // stream when configured. A batch is filled FPDU by FPDU: Room, Begin,
-// Payload (any number of pieces), End; Flush writes it. Its two modes,
-// fixed by WriterConfig.CRC:
+// Payload (any number of pieces), End, or for an FPDU whose payload is
+// one piece AddFPDU (Room and all of it in one call, the small-message
+// path); Flush writes it. Its two modes, fixed by WriterConfig.CRC:
 //
 // Without CRC (zero copy) the batch is a list of iovecs for one writev
 // (net.Buffers): ULPDU_Length, headers and markers from the scratch
@@ -135,13 +136,17 @@ type Writer struct {
 	fpdus      int // FPDUs in the batch
 
 	// join: zero copy without markers, where pieces of scratch that
-	// follow each other share an iovec. scrEnd is where in scratch the
-	// last iovec ends when it is a piece of scratch (-1 otherwise);
-	// spare is the scratch the last Room left beyond what it reserved
-	// for its FPDU, which Payload may fill with copies.
-	join   bool
-	scrEnd int
-	spare  int
+	// follow each other share an iovec. When the last iovec is a piece
+	// of scratch that may still grow (the open iovec), scrEnd is where
+	// in scratch it ends (-1 otherwise) and scrStart where it starts; it
+	// grows by moving scrEnd alone, and syncIOV writes its extent into
+	// iov before anything reads or appends iovecs. spare is the scratch
+	// the last Room left beyond what it reserved for its FPDU, which
+	// Payload may fill with copies.
+	join     bool
+	scrStart int
+	scrEnd   int
+	spare    int
 	// A batch partly written (Wrote): zero copy, iov[iovHead:] is the
 	// rest (iov[iovHead] trimmed in place); copy mode, batch[batchOff:].
 	iovHead  int
@@ -372,55 +377,100 @@ func (w *Writer) End() {
 // FPDU adds a whole FPDU whose ULPDU is hdr (at most MaxHeader bytes)
 // followed by payload: Begin(hdr, len(hdr)+len(payload)), Payload(payload)
 // and End in one call, with the same result and the same rules (Room
-// must have reported true for it, with one piece). Without CRC and
-// markers a payload of at most WriterCopyLen bytes is copied into the
-// scratch arena with the length field, header, pad and CRC field in one
-// step: the small-message path.
+// must have reported true for it, with one piece). With CRC and without
+// markers an FPDU of up to 8 KiB is copied into the batch buffer in one
+// step; AddFPDU is the small-message path of both modes.
 func (w *Writer) FPDU(hdr, payload []byte) {
-	ulen := len(hdr) + len(payload)
-	if w.crc && !w.markers && ulen <= copyChunk {
-		// The whole FPDU is copied into the batch buffer at once (Room
-		// reserved the room) and the CRC computed over that copy.
+	if w.crc && !w.markers && len(hdr)+len(payload) <= copyChunk {
 		w.takeBuf()
-		s := len(w.batch)
-		c := s + LengthFieldLen + ulen + PadLen(ulen)
-		b := w.batch[s : c+CRCLen]
-		binary.BigEndian.PutUint16(b, uint16(ulen))
-		putHeader(b[LengthFieldLen:], hdr)
-		copy(b[LengthFieldLen+len(hdr):], payload)
-		binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
-		w.fpduStart, w.ulpduLen = w.pos, ulen
-		w.fpduCRC = UpdateCRC(0, b[:c-s])
-		binary.LittleEndian.PutUint32(b[c-s:], w.fpduCRC) // PutCRC's order
-		w.batch = w.batch[:c+CRCLen]
-		n := len(w.batch) - s
-		w.pos += uint64(n)
-		w.batchBytes += n
-		w.fpdus++
+		w.copyFPDU(hdr, payload)
 		return
 	}
-	if !w.join || w.scratch == nil || w.iovp == nil || len(payload) > writerCopyLen || len(payload) > w.spare {
-		w.Begin(hdr, ulen)
-		w.Payload(payload)
-		w.End()
-		return
+	w.Begin(hdr, len(hdr)+len(payload))
+	w.Payload(payload)
+	w.End()
+}
+
+// AddFPDU adds the whole FPDU that FPDU(hdr, payload) adds if the batch
+// has room for it, and reports whether it did; when it reports false the
+// batch is as it was, and the caller flushes it and adds the FPDU to the
+// next one (an empty batch has room for any FPDU Room accepts there).
+// It is Room(len(hdr)+len(payload), 1) and FPDU in one call, except that
+// a small FPDU (without markers: with CRC a ULPDU of at most 8 KiB,
+// without a payload of at most WriterCopyLen bytes) is measured by the
+// bytes it takes rather than by Room's bound for any FPDU: the
+// small-message path, one call and one copy of the whole FPDU per
+// message (the first of a batch borrows the batch's arena or buffer, as
+// Begin would). hdr must be at most MaxHeader bytes long.
+func (w *Writer) AddFPDU(hdr, payload []byte) bool {
+	// Exactly what a small FPDU takes: length field, ULPDU, pad, CRC
+	// field (the pad and the CRC are written as two words of 4). A
+	// batch's first small FPDU borrows the scratch arena (iovp) or the
+	// batch buffer (buf).
+	ulen := len(hdr) + len(payload)
+	need := LengthFieldLen + ulen + PadLen(ulen) + CRCLen
+	switch {
+	case w.join:
+		if w.scratch == nil && len(payload) <= writerCopyLen && len(hdr) <= w.maxHeader {
+			w.borrow() // a batch's first FPDU (every direct send): a pooled arena has room
+		}
+		if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
+			len(w.iov) < WriterMaxIOV && w.batchBytes+ulen <= WriterMaxBytes {
+			// Written in place, one slice of scratch; the payload is
+			// copied last, so that nothing is live across the copy.
+			s := len(w.scratch)
+			e := s + need
+			w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
+			b := w.scratch[s:e]
+			w.scratch = w.scratch[:e]
+			w.putScratch(s)
+			w.fpdus++
+			binary.BigEndian.PutUint16(b, uint16(ulen))
+			// Pad and the zero CRC field, 4 to 7 bytes: two
+			// overlapping words.
+			binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
+			binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
+			putHeader(b[LengthFieldLen:], hdr)
+			copy(b[LengthFieldLen+len(hdr):], payload)
+			return true
+		}
+	case w.crc && !w.markers:
+		if w.buf == nil && ulen <= copyChunk {
+			w.takeBuf() // a batch's first FPDU: the buffer has room
+		}
+		if w.buf != nil && ulen <= copyChunk && len(w.batch)+need <= cap(w.batch) && w.batchBytes+ulen <= WriterMaxBytes {
+			w.copyFPDU(hdr, payload)
+			return true
+		}
 	}
-	// Room left the capacity: the spare bytes for the payload, 8 for the
-	// pad and the CRC field. Written in place, one slice of scratch.
-	w.spare -= len(payload)
-	w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
-	s := len(w.scratch)
-	e := s + LengthFieldLen + ulen + PadLen(ulen) + CRCLen
-	b := w.scratch[s:e]
+	if !w.Room(ulen, 1) {
+		return false
+	}
+	w.FPDU(hdr, payload)
+	return true
+}
+
+// copyFPDU copies a whole FPDU into the batch buffer at once (the caller
+// made sure of the room) and computes the CRC over that copy. The batch's
+// bookkeeping comes first, so that only the FPDU's bytes are live across
+// the copy and the CRC.
+func (w *Writer) copyFPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
+	s := len(w.batch)
+	c := LengthFieldLen + ulen + PadLen(ulen) // the bytes the CRC covers
+	b := w.batch[s : s+c+CRCLen]
+	w.batch = w.batch[:s+c+CRCLen]
+	w.fpduStart, w.ulpduLen = w.pos, ulen
+	w.pos += uint64(c + CRCLen)
+	w.batchBytes += c + CRCLen
+	w.fpdus++
 	binary.BigEndian.PutUint16(b, uint16(ulen))
 	putHeader(b[LengthFieldLen:], hdr)
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
 	copy(b[LengthFieldLen+len(hdr):], payload)
-	// Pad and the zero CRC field, 4 to 7 bytes: two overlapping words.
-	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
-	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
-	w.scratch = w.scratch[:e]
-	w.putScratch(s)
-	w.fpdus++
+	crc := UpdateCRC(0, b[:c])
+	binary.LittleEndian.PutUint32(b[c:], crc) // PutCRC's order
+	w.fpduCRC = crc
 }
 
 // putHeader copies hdr to the start of b (which has room for it): the
@@ -431,7 +481,9 @@ func putHeader(b, hdr []byte) {
 	case 14:
 		*(*[14]byte)(b) = [14]byte(hdr)
 	case 18:
-		*(*[18]byte)(b) = [18]byte(hdr)
+		// 16 and 2 bytes: moves in line (18 at once is a memmove call).
+		*(*[16]byte)(b) = [16]byte(hdr)
+		*(*[2]byte)(b[16:]) = [2]byte(hdr[16:])
 	default:
 		copy(b, hdr)
 	}
@@ -474,6 +526,7 @@ func (w *Writer) put(p []byte) {
 	w.pos += uint64(len(p))
 	w.batchBytes += len(p)
 	if !w.crc {
+		w.syncIOV()
 		w.iov = append(w.iov, p)
 		w.scrEnd = -1
 		return
@@ -505,18 +558,25 @@ func (w *Writer) takeBuf() {
 var writerCopyLen = WriterCopyLen
 
 // putScratch adds scratch[s:], all of it appended since s, to a batch
-// without CRC and markers, extending the last iovec instead when that
+// without CRC and markers, extending the open iovec instead when that
 // one ends at s in scratch.
 func (w *Writer) putScratch(s int) {
 	n := len(w.scratch) - s
 	w.pos += uint64(n)
 	w.batchBytes += n
-	if k := len(w.iov); k > 0 && w.scrEnd == s {
-		w.iov[k-1] = w.scratch[s-len(w.iov[k-1]) : len(w.scratch) : len(w.scratch)]
-	} else {
-		w.iov = append(w.iov, w.scratch[s:len(w.scratch):len(w.scratch)])
+	if w.scrEnd != s {
+		w.syncIOV()
+		w.iov = append(w.iov, nil) // syncIOV's to fill
+		w.scrStart = s
 	}
 	w.scrEnd = len(w.scratch)
+}
+
+// syncIOV writes the open iovec's extent (see scrEnd) into iov.
+func (w *Writer) syncIOV() {
+	if w.scrEnd >= 0 {
+		w.iov[len(w.iov)-1] = w.scratch[w.scrStart:w.scrEnd:w.scrEnd]
+	}
 }
 
 // Pending returns the bytes of the batch not yet written, in order, as
@@ -531,6 +591,7 @@ func (w *Writer) Pending() [][]byte {
 		w.pend[0] = w.batch[w.batchOff:]
 		return w.pend[:]
 	}
+	w.syncIOV()
 	return w.iov[w.iovHead:]
 }
 
@@ -548,6 +609,10 @@ func (w *Writer) Wrote(n int) bool {
 		w.Reset()
 		return true
 	}
+	// The batch is closed (nothing is added after a Wrote): the open
+	// iovec, if any, is written into iov for the trimming below.
+	w.syncIOV()
+	w.scrEnd = -1
 	for n > 0 && w.iovHead < len(w.iov) {
 		p := w.iov[w.iovHead]
 		if n < len(p) {
@@ -583,6 +648,7 @@ func (w *Writer) Flush(dst io.Writer) (int, error) {
 	if len(w.iov) == w.iovHead {
 		return 0, nil
 	}
+	w.syncIOV()
 	w.wv = w.iov[w.iovHead:]
 	n, err := w.wv.WriteTo(dst)
 	w.wv = nil

@@ -39,11 +39,23 @@ func TestWriterPartialWrites(t *testing.T) {
 			wb.Init(mpa.WriterConfig{CRC: crc, Markers: markers, MaxHeader: 82})
 			var want, got bytes.Buffer
 			for batch := range 200 {
-				for range 1 + r.IntN(5) {
+				for range 1 + r.IntN(20) {
 					hdr := randBytes(r, 14+r.IntN(20))
 					payload := randBytes(r, r.IntN(2000))
+					if r.IntN(2) == 0 {
+						payload = payload[:len(payload)%100] // a small message
+					}
 					pieces := split(r, payload)
+					small := len(pieces) <= 1 && r.IntN(2) == 0
 					for _, w := range []*mpa.Writer{&wa, &wb} {
+						if small {
+							// The small-message path (one slice of scratch
+							// without CRC and markers).
+							if !w.AddFPDU(hdr, payload) {
+								t.Fatalf("%s: no room", name)
+							}
+							continue
+						}
 						if !w.Room(len(hdr)+len(payload), len(pieces)) {
 							t.Fatalf("%s: no room", name)
 						}

@@ -506,3 +506,75 @@ func TestWriterFPDU(t *testing.T) {
 		t.Fatalf("100 small FPDUs: %d iovecs, output as framed before the change: %v; want 1, true", len(log.iovs), bytes.Equal(log.out.Bytes(), want))
 	}
 }
+
+// TestWriterAddFPDU: AddFPDU frames exactly as Framer, with and without
+// CRC and markers, for payloads on both sides of the small-FPDU limits;
+// when it reports false the batch is unchanged (what the flush then
+// writes is exactly the FPDUs added before), and an empty batch takes the
+// FPDU. Without CRC and markers a batch of small FPDUs fills the arena
+// and leaves as one iovec.
+func TestWriterAddFPDU(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, crc := range []bool{false, true} {
+		for _, markers := range []bool{false, true} {
+			var w mpa.Writer
+			w.Init(mpa.WriterConfig{CRC: crc, Markers: markers, MaxHeader: 28})
+			var want, pending []byte
+			var log iovecLog
+			fr := mpa.Framer{CRC: crc, Markers: markers}
+			src := randBytes(r, 3*mpa.WriterCopyLen)
+			refused := 0
+			for i := range 3000 {
+				hdr := randBytes(r, 14+i%15)
+				p := src[:r.IntN(80)]
+				if i%5 == 0 {
+					p = src[:r.IntN(len(src))]
+				}
+				if !w.AddFPDU(hdr, p) {
+					refused++
+					before := log.out.Len()
+					if _, err := w.Flush(&log); err != nil {
+						t.Fatal(err)
+					}
+					if got := log.out.Bytes()[before:]; !bytes.Equal(got, pending) {
+						t.Fatalf("crc %v markers %v: a refused AddFPDU changed the batch (%d bytes written, want %d)", crc, markers, len(got), len(pending))
+					}
+					pending = pending[:0]
+					if !w.AddFPDU(hdr, p) {
+						t.Fatalf("crc %v markers %v: an empty batch refused a %d-byte ULPDU", crc, markers, len(hdr)+len(p))
+					}
+				}
+				next := fr.AppendFPDU(want, hdr, p)
+				pending = append(pending, next[len(want):]...)
+				want = next
+			}
+			if _, err := w.Flush(&log); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(log.out.Bytes(), want) {
+				t.Fatalf("crc %v markers %v: AddFPDU output differs from Framer's (%d vs %d bytes)", crc, markers, log.out.Len(), len(want))
+			}
+			if refused == 0 {
+				t.Fatalf("crc %v markers %v: no batch filled up", crc, markers)
+			}
+		}
+	}
+	var w mpa.Writer
+	w.Init(mpa.WriterConfig{MaxHeader: 82})
+	hdr, p := make([]byte, 14), bytes.Repeat([]byte{9}, 64)
+	n := 0
+	for w.AddFPDU(hdr, p) {
+		n++
+	}
+	// Each FPDU takes 2+14+64+4 = 84 bytes of the arena (no pad).
+	if want := mpa.WriterScratchLen / 84; n != want {
+		t.Fatalf("%d small FPDUs in one batch, want %d (the arena full)", n, want)
+	}
+	var log iovecLog
+	if _, err := w.Flush(&log); err != nil {
+		t.Fatal(err)
+	}
+	if len(log.iovs) != 1 || log.out.Len() != 84*n {
+		t.Fatalf("%d small FPDUs: %d iovecs, %d bytes; want 1 iovec of %d", n, len(log.iovs), log.out.Len(), 84*n)
+	}
+}

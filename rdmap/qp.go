@@ -718,11 +718,21 @@ func (qp *QP) flushAll() {
 // sweepLocked generates the completions of finished send work requests,
 // in SQ order, under one lock of the send CQ and with one wake-up of its
 // waiters. It reports false if the send CQ overflowed.
-func (qp *QP) sweepLocked() bool {
+func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0) }
+
+// sweepWrittenLocked is sweepLocked after a write of every work request
+// before SQ index written: those of them still sqActive (Sends, Writes
+// and the requests that write nothing) count as done, and the ones the
+// sweep reaches complete without being marked first (txWritten marks
+// the rest).
+func (qp *QP) sweepWrittenLocked(written uint64) bool {
 	ok, pushed := true, false
-	for qp.sq.head != qp.sqNext {
-		e := qp.sq.at(qp.sq.head)
-		if e.state != sqDone {
+	// The SQ's head moves once, after the loop (pop's step for each
+	// entry swept).
+	head, next := qp.sq.head, qp.sqNext
+	for ; head != next; head++ {
+		e := qp.sq.at(head)
+		if e.state != sqDone && (e.state != sqActive || head >= written) {
 			break
 		}
 		if e.signaled || e.status != WCSuccess {
@@ -740,10 +750,10 @@ func (qp *QP) sweepLocked() bool {
 		}
 		e.sge0.MR = nil
 		if e.nsge > 1 || e.op == WRRegMR || e.op == WRBindMW {
-			qp.sqClearSlot(e, qp.sq.slot(qp.sq.head))
+			qp.sqClearSlot(e, qp.sq.slot(head))
 		}
-		qp.sq.pop()
 	}
+	qp.sq.head = head
 	if pushed {
 		qp.scq.mu.Unlock()
 		qp.scq.wake()
@@ -974,12 +984,12 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	n := 0
 	var first *sqEntry
 	for ; n < len(wrs); n++ {
-		if n > 0 {
-			if verr = qp.validateSend(&wrs[n]); verr != nil {
+		if w := &wrs[n]; n > 0 && !validFast(w) {
+			if verr = qp.validateSend(w); verr != nil {
 				break
 			}
 		}
-		if qp.sq.full() && flush {
+		if flush && qp.sq.full() {
 			// Each flushed request completes at once, as with PostSend.
 			ok = qp.sweepLocked() && ok
 		}
@@ -1019,13 +1029,16 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	return n, verr
 }
 
+// validFast reports whether wr is the common request, a Send or Write of
+// one SGE, that validateSend accepts (MaxSendSGE is at least 1, and one
+// SGE's length fits the total): PostSends's check in line. false means
+// validateSend decides.
+func validFast(wr *SendWR) bool {
+	return (wr.Op == WRSend || wr.Op == WRWrite) && wr.InlineData == nil && len(wr.SGL) == 1 && wr.SGL[0].MR != nil
+}
+
 func (qp *QP) validateSend(wr *SendWR) error {
-	if (wr.Op == WRSend || wr.Op == WRWrite) && wr.InlineData == nil && len(wr.SGL) == 1 {
-		// The common request, as the checks below take it: one SGE
-		// (MaxSendSGE is at least 1), whose length fits the total.
-		if wr.SGL[0].MR == nil {
-			return ErrInvalidSGE
-		}
+	if validFast(wr) {
 		return nil
 	}
 	if wr.Op > WRBindMW {

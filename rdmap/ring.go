@@ -84,11 +84,13 @@ func (r *ring[T]) peek() *T {
 // guarantees.
 func (r *ring[T]) push() *T {
 	s := r.tail & r.mask
-	if k := s / ringChunk; r.chunks[k] == nil {
-		r.chunks[k] = new([ringChunk]T)
+	c := r.chunks[s/ringChunk]
+	if c == nil {
+		c = new([ringChunk]T)
+		r.chunks[s/ringChunk] = c
 	}
 	r.tail++
-	return r.ref(s)
+	return &c[s%ringChunk]
 }
 
 // pop removes the oldest entry and returns its slot, valid until the

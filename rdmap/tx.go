@@ -619,13 +619,15 @@ func (qp *QP) txWritten() bool {
 	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
-		for i := t.completedUpTo; i < t.queuedUpTo; i++ {
+		ok := qp.sweepWrittenLocked(t.queuedUpTo)
+		// What the sweep did not reach (behind a Read or atomic waiting
+		// for its response) is marked done for a later sweep.
+		for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
 			if e := qp.sq.at(i); e.state == sqActive {
 				e.state = sqDone
 			}
 		}
 		t.completedUpTo = t.queuedUpTo
-		ok := qp.sweepLocked()
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
@@ -710,30 +712,38 @@ func runOp(op WROpcode) bool {
 // +checklocks:qp.sqMu
 func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	t := &qp.tx
-	for qp.sqNext-first < txRunMax && bytes < txRunBytes && qp.sqNext != qp.sq.tail {
-		e := qp.sq.at(qp.sqNext)
-		if !runOp(e.op) || (e.fence && !qp.orq.empty()) { // sqRunnableLocked's rule for run ops
-			return
+	// Under sqMu the ORQ does not change (only this engine adds to it,
+	// and a run adds nothing), nor does the SQ's tail.
+	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
+	for next != end && bytes < txRunBytes {
+		e := qp.sq.at(next)
+		if !runOp(e.op) || (e.fence && !orqEmpty) { // sqRunnableLocked's rule for run ops
+			break
 		}
-		idx := qp.sqNext
 		if e.nsge == 1 && !e.inline {
 			// The common request, one SGE: txCheckLocked and
-			// txRefsLocked in line.
+			// txRefsLocked in line, and takeRef's shared reference.
 			s := &e.sge0
-			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK || !t.takeRef(s.MR, idx) {
-				return // as below
+			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK {
+				break // as below
 			}
-		} else if qp.txCheckLocked(e, qp.sq.slot(idx)) != WCSuccess || !qp.txRefsLocked(e, idx) {
+			if k := len(t.refs); k > t.refsHead && t.refs[k-1].mr == s.MR {
+				t.refs[k-1].upTo = next + 1
+			} else if !t.takeRef(s.MR, next) {
+				break
+			}
+		} else if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
 			// Started first in the next run, it fails there, once the
 			// requests before it are queued. References the refused
-			// start took are shared with it (upTo idx+1) and drop as
+			// start took are shared with it (upTo next+1) and drop as
 			// theirs do.
-			return
+			break
 		}
 		e.state = sqActive
-		qp.sqNext++
+		next++
 		bytes += uint64(e.length)
 	}
+	qp.sqNext = next
 }
 
 // startJob makes the work request e (SQ index idx) of the run the job.
@@ -1034,35 +1044,65 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // job on that are one FPDU each with one piece of payload: a Send or
 // Write of inline data or one SGE whose message is one DDP segment, the
 // small message, framed as txEmitData frames it without its per-segment
-// steps. It stops at the first other job (left to txEmit) and reports
-// false when the batch is full.
+// steps (one AddFPDU each, the engine's cursor moved once at the end).
+// It stops at the first other job (left to txEmit) and reports false
+// when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
-	for t.job == jobSQ && t.msgOff == 0 && !qp.broken.Load() {
-		e := t.wr
-		var op wire.Opcode
+	if t.job != jobSQ || t.msgOff != 0 {
+		return true
+	}
+	e, idx := t.wr, t.wrIdx
+	full := false
+	for !qp.broken.Load() {
+		var h []byte
 		switch e.op {
 		case WRWrite:
-			op = wire.OpWrite
+			if (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-ddp.TaggedHeaderLen {
+				break
+			}
+			h = t.hdr[:ddp.TaggedHeaderLen]
+			ddp.PutTagged(h, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
+				STag: e.remote.STag, TO: e.remote.Offset})
 		case WRSend, WRSendInv:
-			op = sendOpcode(e)
-		default:
-			return true
+			if (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-ddp.UntaggedHeaderLen {
+				break
+			}
+			h = t.hdr[:ddp.UntaggedHeaderLen]
+			ddp.PutUntagged(h, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, sendOpcode(e)),
+				RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend]})
 		}
-		hlen, n := dataHeaderLen(op), int(e.length)
-		if (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
-			return true
+		if h == nil {
+			break // not a small message: txEmit's
 		}
-		if !t.w.Room(hlen+n, 2) {
-			return false
+		var p []byte
+		if e.inline {
+			s := qp.sq.slot(idx) * qp.cfg.MaxInline
+			p = qp.inline[s : s+int(e.length)]
+		} else {
+			p = e.sge0.MR.localBytes(e.sge0.Offset, uint64(e.length))
 		}
-		t.w.FPDU(t.dataHeader(e, op, true), qp.txPiece(e, n))
-		if op != wire.OpWrite {
+		if !t.w.AddFPDU(h, p) {
+			full = true
+			break
+		}
+		if e.op != WRWrite {
 			t.msn[wire.QNSend]++
 		}
-		t.finishWR()
+		idx++
+		if idx == t.runEnd {
+			// The run is queued (finishWR's end of a run).
+			t.queuedUpTo = idx
+			t.job, t.wr = jobNone, nil
+			return true
+		}
+		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
-	return true
+	if idx != t.wrIdx {
+		t.queuedUpTo = idx
+		t.startJob(e, idx)
+	}
+	return !full
 }
 
 // dataHeaderLen is the DDP header length of a data message of opcode op:

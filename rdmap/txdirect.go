@@ -134,8 +134,9 @@ func (qp *QP) txDirectRun() bool {
 // progress, so that guardTx's report of progress means a fault in
 // registered memory unwound it.
 func (qp *QP) txDirectBuild() (bool, error) {
-	qp.tx.w.Reset()
-	if qp.txPick() {
+	t := &qp.tx
+	t.w.Reset()
+	if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
 		qp.txEmit()
 	}
 	return false, nil
