@@ -415,6 +415,50 @@ func (rd *Reader) Next() (int, error) {
 	return n, nil
 }
 
+// Whole reads the next FPDU in one step when all of it (length field,
+// ULPDU, pad and CRC field) is already buffered and the stream has no
+// markers, as it is for the small FPDUs of a stream read in large
+// chunks; it never reads from the source. It checks the CRC (with
+// ReaderConfig.CRC) over the buffered bytes in one pass, finishes the
+// FPDU (as Trailer would: WireLen and CRC report it) and returns its
+// ULPDU. The ULPDU is a view of the Reader's buffer: the caller must not
+// write into it, and it stays valid until the Reader's next method call
+// other than WireLen, CRC, Partial, InFPDU and Buffered. With ok, err is nil or ErrBadCRC (the FPDU is
+// finished either way, its ULPDU returned too). ok is false and nothing
+// changes when an FPDU has been started (Next) and not finished, the
+// stream has markers, the FPDU is not all buffered or its ULPDU_Length is
+// over the limit: Next reads it then (and reports ErrULPDUTooLong). In
+// Buffered mode Whole is what Buffered asks for: the CRC is checked
+// before the caller places a byte.
+func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
+	if rd.in || rd.cfg.Markers || rd.w-rd.r < LengthFieldLen {
+		return nil, false, nil
+	}
+	n := int(binary.BigEndian.Uint16(rd.buf[rd.r:]))
+	wire := FPDULen(n)
+	if n > rd.cfg.MaxULPDU || rd.w-rd.r < wire {
+		return nil, false, nil
+	}
+	f := rd.buf[rd.r : rd.r+wire : rd.r+wire]
+	rd.crcOK = true
+	if rd.cfg.CRC {
+		rd.crcOK = UpdateCRC(0, f[:wire-CRCLen]) == GetCRC(f[wire-CRCLen:])
+	}
+	rd.ulen, rd.done, rd.hn, rd.markers = n, n, 0, 0
+	rd.start, rd.end = rd.pos, rd.pos+uint64(wire)
+	rd.wireCRC, rd.checked = WireCRC(f[wire-CRCLen:]), true
+	// As Trailer: a large payload would have gone straight into memory,
+	// so the next reads are limited to let the next one do so.
+	rd.big = rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Buffered && n >= DirectMin+bigSlack
+	rd.r += wire
+	rd.pos += uint64(wire)
+	rd.crcAt = rd.r
+	if !rd.crcOK {
+		return f[LengthFieldLen : LengthFieldLen+n], true, ErrBadCRC
+	}
+	return f[LengthFieldLen : LengthFieldLen+n], true, nil
+}
+
 // Header makes the first n bytes of the current ULPDU available, reading
 // only as many as are missing, and returns them (valid until the next
 // Next; n at most MaxHeader and the ULPDU's length). A header can thus be

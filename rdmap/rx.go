@@ -467,6 +467,13 @@ func (p *rxPlace) Leave() {
 // ULPDU) is read only once its header passed.
 func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rd := rx.rd
+	if u, ok, err := rd.Whole(); ok {
+		rx.gotFirst()
+		if err != nil {
+			return rx.readerErr(err)
+		}
+		return rx.whole(u), nil
+	}
 	ulen, err := rd.Next()
 	if err != nil {
 		if rd.Partial() {
@@ -534,6 +541,41 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rx.counts.fpdus++
 	rx.counts.bytes += uint64(wl)
 	return rx.end(), nil
+}
+
+// whole receives an FPDU the reader had buffered whole (mpa.Reader.Whole;
+// its CRC checked), ULPDU u: the same checks as fpdu's, in the same
+// order, then the payload copied from the reader's buffer into the
+// planned memory, each copy fenced as a Place would fence it (enterPlace
+// .. leavePlace).
+func (rx *rxEngine) whole(u []byte) *termInfo {
+	ulen := len(u)
+	if ulen < ddp.TaggedHeaderLen || ulen < ddp.HeaderLen(u[0]) {
+		rx.cur.ulpduLen = ulen
+		return rx.termFor(errShortULPDU)
+	}
+	hl := ddp.HeaderLen(u[0])
+	if ti := rx.begin(ulen, u[:hl]); ti != nil {
+		return ti
+	}
+	if need := headerNeed(u[:hl], ulen); need > hl {
+		rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], u[:min(need, hdrCopy-mpa.LengthFieldLen)])
+	}
+	p := u[hl:]
+	for i := range rx.plan.n {
+		d, mr := rx.plan.dst[i], rx.plan.mr[i]
+		if !rx.enterPlace(mr, rx.plan.word[i]) {
+			return rx.cutTerm()
+		}
+		copy(d, p)
+		rx.leavePlace(mr)
+		p = p[len(d):]
+		rx.counts.copied += uint64(len(d))
+		rx.plan.dst[i] = nil
+	}
+	rx.counts.fpdus++
+	rx.counts.bytes += uint64(mpa.FPDULen(ulen))
+	return rx.end()
 }
 
 // readerErr sorts an error of the FPDU reader: a CRC mismatch and a
