@@ -434,29 +434,27 @@ func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
 	if rd.in || rd.cfg.Markers || rd.w-rd.r < LengthFieldLen {
 		return nil, false, nil
 	}
-	n := int(binary.BigEndian.Uint16(rd.buf[rd.r:]))
+	b := rd.buf[rd.r:rd.w]
+	n := int(b[0])<<8 | int(b[1])
 	wire := FPDULen(n)
-	if n > rd.cfg.MaxULPDU || rd.w-rd.r < wire {
+	if n > rd.cfg.MaxULPDU || len(b) < wire {
 		return nil, false, nil
 	}
-	f := rd.buf[rd.r : rd.r+wire : rd.r+wire]
-	rd.crcOK = true
-	if rd.cfg.CRC {
-		rd.crcOK = UpdateCRC(0, f[:wire-CRCLen]) == GetCRC(f[wire-CRCLen:])
-	}
-	rd.ulen, rd.done, rd.hn, rd.markers = n, n, 0, 0
-	rd.start, rd.end = rd.pos, rd.pos+uint64(wire)
-	rd.wireCRC, rd.checked = WireCRC(f[wire-CRCLen:]), true
+	f := b[:wire:wire]
+	// What WireLen and CRC report, and what Trailer would leave: the
+	// rest of the FPDU state is set by the next Next.
+	rd.start, rd.end, rd.markers = rd.pos, rd.pos+uint64(wire), 0
+	rd.wireCRC = WireCRC(f[wire-CRCLen:])
 	// As Trailer: a large payload would have gone straight into memory,
 	// so the next reads are limited to let the next one do so.
-	rd.big = rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Buffered && n >= DirectMin+bigSlack
+	rd.big = n >= DirectMin+bigSlack && rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Buffered
 	rd.r += wire
 	rd.pos += uint64(wire)
-	rd.crcAt = rd.r
-	if !rd.crcOK {
-		return f[LengthFieldLen : LengthFieldLen+n], true, ErrBadCRC
+	ulpdu = f[LengthFieldLen : LengthFieldLen+n]
+	if rd.cfg.CRC && UpdateCRC(0, f[:wire-CRCLen]) != GetCRC(f[wire-CRCLen:]) {
+		return ulpdu, true, ErrBadCRC
 	}
-	return f[LengthFieldLen : LengthFieldLen+n], true, nil
+	return ulpdu, true, nil
 }
 
 // Header makes the first n bytes of the current ULPDU available, reading

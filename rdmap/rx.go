@@ -571,8 +571,9 @@ func (rx *rxEngine) whole(u []byte) *termInfo {
 		rx.leavePlace(mr)
 		p = p[len(d):]
 		rx.counts.copied += uint64(len(d))
-		rx.plan.dst[i] = nil
+		rx.plan.dst[i], rx.plan.mr[i] = nil, nil
 	}
+	rx.plan.n = 0
 	rx.counts.fpdus++
 	rx.counts.bytes += uint64(mpa.FPDULen(ulen))
 	return rx.end()
@@ -793,7 +794,15 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	// The bytes of hdr past hdrLen are zero: clear only what the last
 	// FPDU's headers used beyond this one's.
 	prev := rx.cur.hdrLen
-	rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+	switch len(h) {
+	case ddp.UntaggedHeaderLen: // a copy of fixed size, without a call
+		*(*[ddp.UntaggedHeaderLen]byte)(rx.cur.hdr[mpa.LengthFieldLen:]) = [ddp.UntaggedHeaderLen]byte(h)
+	case ddp.TaggedHeaderLen:
+		*(*[ddp.TaggedHeaderLen]byte)(rx.cur.hdr[mpa.LengthFieldLen:]) = [ddp.TaggedHeaderLen]byte(h)
+	default:
+		copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+	}
+	rx.cur.hdrLen = mpa.LengthFieldLen + min(len(h), hdrCopy-mpa.LengthFieldLen)
 	if prev > rx.cur.hdrLen {
 		clear(rx.cur.hdr[rx.cur.hdrLen:prev])
 	}
@@ -966,7 +975,7 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 			return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		}
 	} else {
-		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.cur.last {
+		if plen == 0 && !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && rx.cur.last {
 			// The zero-length Send RTR: consumed, not delivered.
 			rx.rtrSwallow = true
 			return nil
@@ -1021,6 +1030,9 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 	if qn != wire.QNSend || !rx.qp.takeRecv(&rx.recv) {
 		return 0, false
+	}
+	if rx.recv.nsge == 1 {
+		return uint64(rx.recv.sgl[0].Length), true
 	}
 	var total uint64
 	for i := range rx.recv.nsge {
