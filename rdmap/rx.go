@@ -567,10 +567,10 @@ func (rx *rxEngine) whole(u []byte) *termInfo {
 		if !rx.enterPlace(mr, rx.plan.word[i]) {
 			return rx.cutTerm()
 		}
-		copy(d, p)
+		k := copy(d, p) // the plan covers the payload exactly (begin)
 		rx.leavePlace(mr)
-		p = p[len(d):]
-		rx.counts.copied += uint64(len(d))
+		p = p[k:]
+		rx.counts.copied += uint64(k)
 		rx.plan.dst[i], rx.plan.mr[i] = nil, nil
 	}
 	rx.plan.n = 0
@@ -794,13 +794,14 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	// The bytes of hdr past hdrLen are zero: clear only what the last
 	// FPDU's headers used beyond this one's.
 	prev := rx.cur.hdrLen
-	switch len(h) {
-	case ddp.UntaggedHeaderLen: // a copy of fixed size, without a call
-		*(*[ddp.UntaggedHeaderLen]byte)(rx.cur.hdr[mpa.LengthFieldLen:]) = [ddp.UntaggedHeaderLen]byte(h)
+	switch d := rx.cur.hdr[mpa.LengthFieldLen:]; len(h) {
+	case ddp.UntaggedHeaderLen: // copies of fixed size, without a call
+		*(*[16]byte)(d) = [16]byte(h)
+		d[16], d[17] = h[16], h[17]
 	case ddp.TaggedHeaderLen:
-		*(*[ddp.TaggedHeaderLen]byte)(rx.cur.hdr[mpa.LengthFieldLen:]) = [ddp.TaggedHeaderLen]byte(h)
+		*(*[ddp.TaggedHeaderLen]byte)(d) = [ddp.TaggedHeaderLen]byte(h)
 	default:
-		copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+		copy(d, h)
 	}
 	rx.cur.hdrLen = mpa.LengthFieldLen + min(len(h), hdrCopy-mpa.LengthFieldLen)
 	if prev > rx.cur.hdrLen {
