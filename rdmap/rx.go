@@ -126,6 +126,10 @@ type rxEngine struct {
 	drivenFn  func() error
 	idleFn    func()
 
+	// noWhole (tests: SetRxNoWhole, before the QP starts) reads every
+	// FPDU header first, never with mpa.Reader.Whole.
+	noWhole bool
+
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
 	peerSpoke  bool        // the first FPDU (or part of one) arrived: rxFirst closed
@@ -467,12 +471,14 @@ func (p *rxPlace) Leave() {
 // ULPDU) is read only once its header passed.
 func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rd := rx.rd
-	if u, ok, err := rd.Whole(); ok {
-		rx.gotFirst()
-		if err != nil {
-			return rx.readerErr(err)
+	if !rx.noWhole {
+		if u, ok, err := rd.Whole(); ok {
+			rx.gotFirst()
+			if err != nil {
+				return rx.readerErr(err)
+			}
+			return rx.whole(u), nil
 		}
-		return rx.whole(u), nil
 	}
 	ulen, err := rd.Next()
 	if err != nil {
