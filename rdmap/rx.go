@@ -967,6 +967,7 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 // receive buffer (RFC 5041 §5.4, untagged buffer model;
 // siw_send_check_ntoh and siw_proc_send).
 func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo {
+	_ = dh[ddp.UntaggedHeaderLen-1] // one bounds check for the fields read
 	qp := rx.qp
 	if err := rx.untagged.Segment(dh, wire.QNSend); err != nil {
 		return rx.termFor(err)
@@ -1156,11 +1157,9 @@ func (rx *rxEngine) flushRecvs() {
 		return
 	}
 	rx.publish()
-	cq, ok := rx.qp.rcq, true
+	cq := rx.qp.rcq
 	cq.mu.Lock()
-	for i := range rx.nwcs {
-		ok = cq.pushLocked(&rx.wcs[i]) && ok
-	}
+	ok := cq.pushAllLocked(rx.wcs[:rx.nwcs])
 	cq.mu.Unlock()
 	rx.nwcs = 0
 	cq.wakeBy(rx.qp)
