@@ -98,6 +98,8 @@ var errPastULPDU = errors.New("mpa: read past the end of the ULPDU")
 // counted as they arrived), never re-read from caller memory. Markers
 // are removed, every marker byte folded into the CRC. Rest reads the
 // whole remaining ULPDU into the buffer instead (the Deframer's way).
+// Whole takes an FPDU that is already all buffered in one step, its CRC
+// checked first (the small FPDUs of a stream read in large chunks).
 //
 // The errors are io errors from the source (io.EOF only between FPDUs; a
 // stream that ends inside an FPDU gives io.ErrUnexpectedEOF),
@@ -423,8 +425,9 @@ func (rd *Reader) Next() (int, error) {
 // FPDU (as Trailer would: WireLen and CRC report it) and returns its
 // ULPDU. The ULPDU is a view of the Reader's buffer: the caller must not
 // write into it, and it stays valid until the Reader's next method call
-// other than WireLen, CRC, Partial, InFPDU and Buffered. With ok, err is nil or ErrBadCRC (the FPDU is
-// finished either way, its ULPDU returned too). ok is false and nothing
+// other than WireLen, CRC, Partial, InFPDU and Buffered. With ok, err is
+// nil or ErrBadCRC (the FPDU is finished either way, its ULPDU returned
+// too). ok is false and nothing
 // changes when an FPDU has been started (Next) and not finished, the
 // stream has markers, the FPDU is not all buffered or its ULPDU_Length is
 // over the limit: Next reads it then (and reports ErrULPDUTooLong). In

@@ -74,6 +74,13 @@ import (
 // Invalidate has returned no byte lands there. A segment cut that way
 // gets cutTerm's Terminate.
 //
+// An FPDU that is already all in the reader's buffer (without markers)
+// is taken in one step instead (mpa.Reader.Whole, rxEngine.whole): its
+// CRC, when in use, is checked over the buffered bytes first, so nothing
+// of it is acted on before (as in Buffered mode); then the same header
+// checks in the same order, and its payload is copied from the buffer,
+// each copy fenced as Place fences it.
+//
 // With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
 // mode: the header is still checked as soon as it is in (and a bad one
 // answered at once without CRC), but the payload is placed only once the
