@@ -17,28 +17,8 @@ import (
 // returns the registered memory, the completions and the Terminate.
 func wholeRun(t *testing.T, build func(STag) []byte, crc, noWhole bool, fpdus int) ([]byte, []WC, *termInfo) {
 	t.Helper()
-	dev, err := NewDevice(&Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	pd := dev.AllocPD()
-	cq, err := dev.CreateCQ(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Close()
 	mem := make([]byte, 1024)
-	mr, err := pd.RegisterMemory(mem, AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Deregister()
+	qp, cq, mr := engineQP(t, 64, QPConfig{}, mem)
 	stream := build(mr.STag())
 	for i := range 3 {
 		if err := qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(512+i*128, 70)}}); err != nil {
@@ -68,6 +48,37 @@ func wholeRun(t *testing.T, build func(STag) []byte, crc, noWhole bool, fpdus in
 	wcs := make([]WC, 16)
 	n := cq.Poll(wcs)
 	return bytes.Clone(mem), wcs[:n], ti
+}
+
+// engineQP returns a QP (not started) with cfg and one CQ of cqn
+// completions as both of its CQs, and mem registered in its PD for local
+// and remote writes, for a test that drives the QP's receive engine
+// itself (rx.init); all of it is closed when the test ends.
+func engineQP(tb testing.TB, cqn int, cfg QPConfig, mem []byte) (*QP, *CQ, *MR) {
+	tb.Helper()
+	dev, err := NewDevice(&Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dev.Close() })
+	pd := dev.AllocPD()
+	cq, err := dev.CreateCQ(cqn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cq.Close() })
+	cfg.SendCQ, cfg.RecvCQ = cq, cq
+	qp, err := pd.CreateQP(&cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { qp.Close() })
+	mr, err := pd.RegisterMemory(mem, AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { mr.Deregister() })
+	return qp, cq, mr
 }
 
 // TestRxWholeAgrees: FPDUs taken whole from the reader's buffer
