@@ -735,7 +735,17 @@ func (rx *rxEngine) addRef(mr *MR) bool {
 	return true
 }
 
+// dropRefs ends the current FPDU's plan: the references it took
+// (dropRef) and its pieces. It is inlined where the plan is empty
+// already (a Write's region is referenced with the message: writeMR; an
+// FPDU taken whole clears its pieces as it places them).
 func (rx *rxEngine) dropRefs() {
+	if rx.plan.nrefs|rx.plan.n != 0 {
+		rx.dropPlan()
+	}
+}
+
+func (rx *rxEngine) dropPlan() {
 	for i := range rx.plan.nrefs {
 		rx.dropRef(rx.plan.refs[i])
 		rx.plan.refs[i] = nil
