@@ -62,6 +62,7 @@ func (u *UntaggedSink) MO() uint32 { return u.mo }
 // range) and MO (invalid MO) against the message in progress or, for a
 // new message, the queue's next MSN and MO 0.
 func (u *UntaggedSink) Segment(h Header, qn uint32) error {
+	_ = h[UntaggedHeaderLen-1] // one bounds check for the fields below
 	if h.QN() != qn || qn >= NumQueues {
 		return errOf(ErrTypeUntagged, CodeInvalidQN)
 	}
@@ -94,6 +95,7 @@ func (u *UntaggedSink) Continues(h Header) bool {
 // the buffer b gives for its queue: "no buffer available" when none is
 // posted.
 func (u *UntaggedSink) Begin(h Header, b Buffers) error {
+	_ = h[UntaggedHeaderLen-1]
 	qn := h.QN()
 	length, ok := b.TakeBuffer(qn)
 	if !ok {
@@ -189,6 +191,7 @@ func (s *TaggedSink) Expect(stag STag, to, end uint64) {
 // without asking r (siw does; the P2P RTR is a zero-length Write). On
 // success the segment is part of the message in progress.
 func (s *TaggedSink) Segment(h Header, n int, r Regions) error {
+	_ = h[TaggedHeaderLen-1] // one bounds check for the fields below
 	stag, to := h.STag(), h.TO()
 	bounded := s.bounded
 	s.bounded = false

@@ -98,6 +98,8 @@ var errPastULPDU = errors.New("mpa: read past the end of the ULPDU")
 // counted as they arrived), never re-read from caller memory. Markers
 // are removed, every marker byte folded into the CRC. Rest reads the
 // whole remaining ULPDU into the buffer instead (the Deframer's way).
+// Whole takes an FPDU that is already all buffered in one step, its CRC
+// checked first (the small FPDUs of a stream read in large chunks).
 //
 // The errors are io errors from the source (io.EOF only between FPDUs; a
 // stream that ends inside an FPDU gives io.ErrUnexpectedEOF),
@@ -413,6 +415,49 @@ func (rd *Reader) Next() (int, error) {
 		got += len(rd.take(LengthFieldLen - got))
 	}
 	return n, nil
+}
+
+// Whole reads the next FPDU in one step when all of it (length field,
+// ULPDU, pad and CRC field) is already buffered and the stream has no
+// markers, as it is for the small FPDUs of a stream read in large
+// chunks; it never reads from the source. It checks the CRC (with
+// ReaderConfig.CRC) over the buffered bytes in one pass, finishes the
+// FPDU (as Trailer would: WireLen and CRC report it) and returns its
+// ULPDU. The ULPDU is a view of the Reader's buffer: the caller must not
+// write into it, and it stays valid until the Reader's next method call
+// other than WireLen, CRC, Partial, InFPDU and Buffered. With ok, err is
+// nil or ErrBadCRC (the FPDU is finished either way, its ULPDU returned
+// too). ok is false and nothing
+// changes when an FPDU has been started (Next) and not finished, the
+// stream has markers, the FPDU is not all buffered or its ULPDU_Length is
+// over the limit: Next reads it then (and reports ErrULPDUTooLong). In
+// Buffered mode Whole is what Buffered asks for: the CRC is checked
+// before the caller places a byte.
+func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
+	if rd.in || rd.cfg.Markers || rd.w-rd.r < LengthFieldLen {
+		return nil, false, nil
+	}
+	b := rd.buf[rd.r:rd.w]
+	n := int(b[0])<<8 | int(b[1])
+	wire := FPDULen(n)
+	if n > rd.cfg.MaxULPDU || len(b) < wire {
+		return nil, false, nil
+	}
+	f := b[:wire:wire]
+	// What WireLen and CRC report, and what Trailer would leave: the
+	// rest of the FPDU state is set by the next Next.
+	rd.start, rd.end, rd.markers = rd.pos, rd.pos+uint64(wire), 0
+	rd.wireCRC = WireCRC(f[wire-CRCLen:])
+	// As Trailer: a large payload would have gone straight into memory,
+	// so the next reads are limited to let the next one do so.
+	rd.big = n >= DirectMin+bigSlack && rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Buffered
+	rd.r += wire
+	rd.pos += uint64(wire)
+	ulpdu = f[LengthFieldLen : LengthFieldLen+n]
+	if rd.cfg.CRC && UpdateCRC(0, f[:wire-CRCLen]) != GetCRC(f[wire-CRCLen:]) {
+		return ulpdu, true, ErrBadCRC
+	}
+	return ulpdu, true, nil
 }
 
 // Header makes the first n bytes of the current ULPDU available, reading

@@ -2,6 +2,7 @@ package mpa_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -72,10 +73,33 @@ func (v *vecReader) ReadVec(dst, ahead []byte) (int, error) {
 }
 
 // readHeaderFirst reads every FPDU of rd the header-first way: Header for
-// a random prefix, Place into a few destinations, Trailer.
+// a random prefix, Place into a few destinations, Trailer; or, every
+// other FPDU at random, with Whole when the FPDU is all buffered.
 func readHeaderFirst(t testing.TB, rd *mpa.Reader, r *rand.Rand, p *countPlacer) ([][]byte, error) {
 	var out [][]byte
 	for {
+		if r.IntN(2) == 0 {
+			before := rd.Buffered()
+			ul, ok, err := rd.Whole()
+			if ok {
+				if rd.InFPDU() || err != nil && !errors.Is(err, mpa.ErrBadCRC) {
+					t.Fatalf("Whole: in FPDU %v, %v", rd.InFPDU(), err)
+				}
+				if wl, m := rd.WireLen(); m != 0 || wl != mpa.FPDULen(len(ul)) || len(before) < wl ||
+					!bytes.Equal(before[mpa.LengthFieldLen:mpa.LengthFieldLen+len(ul)], ul) ||
+					rd.CRC() != binary.BigEndian.Uint32(before[wl-mpa.CRCLen:]) {
+					t.Fatalf("Whole: WireLen %d, %d markers, CRC %#x, not what was buffered", wl, m, rd.CRC())
+				}
+				out = append(out, bytes.Clone(ul))
+				if err != nil {
+					return out, err
+				}
+				continue
+			}
+			if err != nil || ul != nil || len(rd.Buffered()) != len(before) {
+				t.Fatalf("Whole without an FPDU: %d bytes, %v; buffered %d, was %d", len(ul), err, len(rd.Buffered()), len(before))
+			}
+		}
 		n, err := rd.Next()
 		if err != nil {
 			return out, err

@@ -202,6 +202,25 @@ func (cq *CQ) pushLocked(wc *WC) bool {
 	return !cq.overflow.Load()
 }
 
+// pushAllLocked is pushLocked for each of wcs, in order: those that fit
+// are copied into the ring in one pass, without a call per completion.
+// It reports false when the CQ has overrun.
+//
+// +checklocks:cq.mu
+func (cq *CQ) pushAllLocked(wcs []WC) bool {
+	if cq.ring.len()+len(wcs) > cq.ring.limit || cq.ovfHead < len(cq.ovf) || cq.overflow.Load() {
+		ok := true
+		for i := range wcs {
+			ok = cq.pushLocked(&wcs[i]) && ok
+		}
+		return ok
+	}
+	for i := range wcs {
+		*cq.ring.push() = wcs[i]
+	}
+	return true
+}
+
 // overflowBoundLocked is the most completions the QPs attached now can
 // still generate once posting is refused: every work request they hold,
 // plus one per queue for a post that raced the overrun.

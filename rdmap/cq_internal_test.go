@@ -3,6 +3,7 @@ package rdmap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -88,5 +89,63 @@ func BenchmarkCQPushPoll(b *testing.B) {
 		if !cq.push(&WC{ID: 1}) || cq.Poll(wc[:]) != 1 {
 			b.Fatal("push or poll failed")
 		}
+	}
+}
+
+// TestCQPushAll: pushAllLocked does what pushLocked one completion at a
+// time does, for batches that fit, one that overruns the ring and
+// batches after the overrun: the same reports, the same completions in
+// the same order (ring, then the overflow list), the same Err, Len and
+// Dropped.
+func TestCQPushAll(t *testing.T) {
+	dev, err := NewDevice(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	newCQ := func() *CQ {
+		cq, err := dev.CreateCQ(5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cq.Close() })
+		return cq
+	}
+	all, each := newCQ(), newCQ()
+	id := uint64(0)
+	for step, n := range []int{3, 0, 2, -1, 3, 1, 2} {
+		if n < 0 { // poll one from each
+			var a, b [1]WC
+			if all.Poll(a[:]) != 1 || each.Poll(b[:]) != 1 || a != b {
+				t.Fatalf("step %d: Poll %+v and %+v", step, a, b)
+			}
+			continue
+		}
+		wcs := make([]WC, n)
+		for i := range wcs {
+			id++
+			wcs[i] = WC{ID: id, ByteLen: uint32(id)}
+		}
+		all.mu.Lock()
+		okAll := all.pushAllLocked(wcs)
+		all.mu.Unlock()
+		okEach := true
+		each.mu.Lock()
+		for i := range wcs {
+			okEach = each.pushLocked(&wcs[i]) && okEach
+		}
+		each.mu.Unlock()
+		if okAll != okEach || all.Len() != each.Len() || all.Err() != each.Err() || all.Dropped() != each.Dropped() {
+			t.Fatalf("step %d (%d completions): ok %v/%v, Len %d/%d, Err %v/%v, Dropped %d/%d", step, n,
+				okAll, okEach, all.Len(), each.Len(), all.Err(), each.Err(), all.Dropped(), each.Dropped())
+		}
+	}
+	if all.Err() != ErrCQOverflow {
+		t.Fatal("the batches never overran the CQ: the test tests too little")
+	}
+	a, b := make([]WC, 16), make([]WC, 16)
+	na, nb := all.Poll(a), each.Poll(b)
+	if na != nb || fmt.Sprint(a[:na]) != fmt.Sprint(b[:nb]) {
+		t.Fatalf("polled\n%+v\n%+v", a[:na], b[:nb])
 	}
 }

@@ -72,7 +72,10 @@
 // copied into the target, so that the CRC checks the bytes that arrived
 // even when the target changes meanwhile. With markers or
 // QPConfig.BufferedRx the whole FPDU is read and checked before anything
-// is placed. Every error the reader or DDP's rules report becomes its
+// is placed. An FPDU that is already all in the reader's buffer (small
+// FPDUs read many at a time) is taken in one step (mpa.Reader.Whole): its
+// CRC checked first, then the same header checks, then its payload copied
+// from the buffer. Every error the reader or DDP's rules report becomes its
 // Terminate in one function (term.go, termFor). No data moves through
 // channels; the engines share only the SQ, ORQ and IRQ under QP.sqMu.
 // Every queue (SQ, RQ, SRQ, ORQ, IRQ, a CQ's completions) is the same

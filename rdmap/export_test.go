@@ -52,3 +52,8 @@ func FireRxIdle(qp *QP) {
 // PokeRx sets qp's read deadline in the past, as a fence or a PollRx
 // kick does.
 func PokeRx(qp *QP) { _ = qp.rx.conn.SetReadDeadline(pastDeadline) }
+
+// SetRxNoWhole makes qp's receive engine read every FPDU the header-first
+// way (Next, Header, Place, Trailer), even one all buffered, which it
+// otherwise takes with mpa.Reader.Whole. Call it before the QP starts.
+func SetRxNoWhole(qp *QP) { qp.rx.noWhole = true }

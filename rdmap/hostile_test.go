@@ -426,8 +426,10 @@ func TestHostilePeer(t *testing.T) {
 	hb := newSide(t, dev, rdmap.QPConfig{})
 	rdmaptest.Connect(t, ha.qp, hb.qp, &rdmaptest.Options{CRC: true})
 	// Each case runs on the direct path, the buffered path, and with
-	// markers toward the victim: all three check headers first.
-	for _, path := range []string{"direct", "buffered", "markers"} {
+	// markers toward the victim: all three check headers first. An FPDU
+	// that arrives whole is taken whole (mpa.Reader.Whole) on the first
+	// two; "headerfirst" reads every FPDU the header-first way.
+	for _, path := range []string{"direct", "buffered", "markers", "headerfirst"} {
 		t.Run(path, func(t *testing.T) {
 			for _, c := range hostileCases {
 				switch path {
@@ -439,16 +441,19 @@ func TestHostilePeer(t *testing.T) {
 				if path == "markers" && c.onMarkers != nil {
 					c.layer, c.etype, c.code = c.onMarkers.layer, c.onMarkers.etype, c.onMarkers.code
 				}
-				t.Run(c.name, func(t *testing.T) { runHostile(t, dev, ha, hb, c) })
+				t.Run(c.name, func(t *testing.T) { runHostile(t, dev, ha, hb, c, path) })
 			}
 		})
 	}
 }
 
-func runHostile(t *testing.T, dev *rdmap.Device, ha, hb *side, c hostileCase) {
+func runHostile(t *testing.T, dev *rdmap.Device, ha, hb *side, c hostileCase, path string) {
 	{
 		{
 			v := newVictim(t, dev, c.cfg)
+			if path == "headerfirst" {
+				rdmap.SetRxNoWhole(v.qp)
+			}
 			if !c.noRecvs {
 				mustPost(t, v.qp.PostRecv(rdmap.RecvWR{ID: 1, SGL: []rdmap.SGE{v.recv.SGE(0, 64)}}))
 				mustPost(t, v.qp.PostRecv(rdmap.RecvWR{ID: 2, SGL: []rdmap.SGE{v.recv.SGE(64, 64)}}))

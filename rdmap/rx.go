@@ -74,6 +74,13 @@ import (
 // Invalidate has returned no byte lands there. A segment cut that way
 // gets cutTerm's Terminate.
 //
+// An FPDU that is already all in the reader's buffer (without markers)
+// is taken in one step instead (mpa.Reader.Whole, rxEngine.whole): its
+// CRC, when in use, is checked over the buffered bytes first, so nothing
+// of it is acted on before (as in Buffered mode); then the same header
+// checks in the same order, and its payload is copied from the buffer,
+// each copy fenced as Place fences it.
+//
 // With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
 // mode: the header is still checked as soon as it is in (and a bad one
 // answered at once without CRC), but the payload is placed only once the
@@ -125,6 +132,10 @@ type rxEngine struct {
 	runFn     func() error
 	drivenFn  func() error
 	idleFn    func()
+
+	// noWhole (tests: SetRxNoWhole, before the QP starts) reads every
+	// FPDU header first, never with mpa.Reader.Whole.
+	noWhole bool
 
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
@@ -473,6 +484,15 @@ func (p *rxPlace) Leave() {
 // ULPDU) is read only once its header passed.
 func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rd := rx.rd
+	if !rx.noWhole {
+		if u, ok, err := rd.Whole(); ok {
+			rx.gotFirst()
+			if err != nil {
+				return rx.readerErr(err)
+			}
+			return rx.whole(u), nil
+		}
+	}
 	ulen, err := rd.Next()
 	if err != nil {
 		if rd.Partial() {
@@ -540,6 +560,42 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rx.counts.fpdus++
 	rx.counts.bytes += uint64(wl)
 	return rx.end(), nil
+}
+
+// whole receives an FPDU the reader had buffered whole (mpa.Reader.Whole;
+// its CRC checked), ULPDU u: the same checks as fpdu's, in the same
+// order, then the payload copied from the reader's buffer into the
+// planned memory, each copy fenced as a Place would fence it (enterPlace
+// .. leavePlace).
+func (rx *rxEngine) whole(u []byte) *termInfo {
+	ulen := len(u)
+	if ulen < ddp.TaggedHeaderLen || ulen < ddp.HeaderLen(u[0]) {
+		rx.cur.ulpduLen = ulen
+		return rx.termFor(errShortULPDU)
+	}
+	hl := ddp.HeaderLen(u[0])
+	if ti := rx.begin(ulen, u[:hl]); ti != nil {
+		return ti
+	}
+	if need := headerNeed(u[:hl], ulen); need > hl {
+		rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], u[:min(need, hdrCopy-mpa.LengthFieldLen)])
+	}
+	p := u[hl:]
+	for i := range rx.plan.n {
+		d, mr := rx.plan.dst[i], rx.plan.mr[i]
+		if !rx.enterPlace(mr, rx.plan.word[i]) {
+			return rx.cutTerm()
+		}
+		k := copy(d, p) // the plan covers the payload exactly (begin)
+		rx.leavePlace(mr)
+		p = p[k:]
+		rx.counts.copied += uint64(k)
+		rx.plan.dst[i], rx.plan.mr[i] = nil, nil
+	}
+	rx.plan.n = 0
+	rx.counts.fpdus++
+	rx.counts.bytes += uint64(mpa.FPDULen(ulen))
+	return rx.end()
 }
 
 // readerErr sorts an error of the FPDU reader: a CRC mismatch and a
@@ -685,7 +741,17 @@ func (rx *rxEngine) addRef(mr *MR) bool {
 	return true
 }
 
+// dropRefs ends the current FPDU's plan: the references it took
+// (dropRef) and its pieces. It is inlined where the plan is empty
+// already (a Write's region is referenced with the message: writeMR; an
+// FPDU taken whole clears its pieces as it places them).
 func (rx *rxEngine) dropRefs() {
+	if rx.plan.nrefs|rx.plan.n != 0 {
+		rx.dropPlan()
+	}
+}
+
+func (rx *rxEngine) dropPlan() {
 	for i := range rx.plan.nrefs {
 		rx.dropRef(rx.plan.refs[i])
 		rx.plan.refs[i] = nil
@@ -757,7 +823,16 @@ func (rx *rxEngine) begin(ulen int, h []byte) *termInfo {
 	// The bytes of hdr past hdrLen are zero: clear only what the last
 	// FPDU's headers used beyond this one's.
 	prev := rx.cur.hdrLen
-	rx.cur.hdrLen = mpa.LengthFieldLen + copy(rx.cur.hdr[mpa.LengthFieldLen:], h)
+	switch d := rx.cur.hdr[mpa.LengthFieldLen:]; len(h) {
+	case ddp.UntaggedHeaderLen: // copies of fixed size, without a call
+		*(*[16]byte)(d) = [16]byte(h)
+		d[16], d[17] = h[16], h[17]
+	case ddp.TaggedHeaderLen:
+		*(*[ddp.TaggedHeaderLen]byte)(d) = [ddp.TaggedHeaderLen]byte(h)
+	default:
+		copy(d, h)
+	}
+	rx.cur.hdrLen = mpa.LengthFieldLen + min(len(h), hdrCopy-mpa.LengthFieldLen)
 	if prev > rx.cur.hdrLen {
 		clear(rx.cur.hdr[rx.cur.hdrLen:prev])
 	}
@@ -915,6 +990,7 @@ func (rx *rxEngine) beginReadResp(dh ddp.Header, plen int) *termInfo {
 // receive buffer (RFC 5041 §5.4, untagged buffer model;
 // siw_send_check_ntoh and siw_proc_send).
 func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo {
+	_ = dh[ddp.UntaggedHeaderLen-1] // one bounds check for the fields read
 	qp := rx.qp
 	if err := rx.untagged.Segment(dh, wire.QNSend); err != nil {
 		return rx.termFor(err)
@@ -930,7 +1006,7 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 			return rx.term(wire.LayerRDMAP, wire.ETypeRemoteOperation, wire.CodeCannotInvalidate, true)
 		}
 	} else {
-		if !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && plen == 0 && rx.cur.last {
+		if plen == 0 && !rx.rtrSeen && !qp.p.Initiator && qp.p.P2P && qp.p.RTR == mpa.RTRSend && op == wire.OpSend && rx.cur.last {
 			// The zero-length Send RTR: consumed, not delivered.
 			rx.rtrSwallow = true
 			return nil
@@ -985,6 +1061,9 @@ func (rx *rxEngine) beginSend(dh ddp.Header, op wire.Opcode, plen int) *termInfo
 func (rx *rxEngine) TakeBuffer(qn uint32) (uint64, bool) {
 	if qn != wire.QNSend || !rx.qp.takeRecv(&rx.recv) {
 		return 0, false
+	}
+	if rx.recv.nsge == 1 {
+		return uint64(rx.recv.sgl[0].Length), true
 	}
 	var total uint64
 	for i := range rx.recv.nsge {
@@ -1101,11 +1180,9 @@ func (rx *rxEngine) flushRecvs() {
 		return
 	}
 	rx.publish()
-	cq, ok := rx.qp.rcq, true
+	cq := rx.qp.rcq
 	cq.mu.Lock()
-	for i := range rx.nwcs {
-		ok = cq.pushLocked(&rx.wcs[i]) && ok
-	}
+	ok := cq.pushAllLocked(rx.wcs[:rx.nwcs])
 	cq.mu.Unlock()
 	rx.nwcs = 0
 	cq.wakeBy(rx.qp)

@@ -64,27 +64,7 @@ func BenchmarkRxWrite(b *testing.B) {
 
 func benchRxWrite(b *testing.B, ulpdu int, crc bool) {
 	const size = 1 << 20
-	dev, err := NewDevice(&Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Close()
-	pd := dev.AllocPD()
-	cq, err := dev.CreateCQ(16)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer qp.Close()
-	mr, err := pd.RegisterMemory(make([]byte, size), AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer mr.Deregister()
+	qp, _, mr := engineQP(b, 16, QPConfig{}, make([]byte, size))
 	stream := writeStream(mr.STag(), size, ulpdu, crc)
 	fpdus := 0
 	for off := 0; off < size; off += ulpdu - ddp.TaggedHeaderLen {
@@ -161,27 +141,7 @@ func BenchmarkRxSmall(b *testing.B) {
 }
 
 func benchRxSmall(b *testing.B, op wire.Opcode, size int, crc bool) {
-	dev, err := NewDevice(&Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Close()
-	pd := dev.AllocPD()
-	cq, err := dev.CreateCQ(2 * smallMsgs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxRecvWR: smallMsgs})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer qp.Close()
-	mr, err := pd.RegisterMemory(make([]byte, smallMsgs*size), AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer mr.Deregister()
+	qp, cq, mr := engineQP(b, 2*smallMsgs, QPConfig{MaxRecvWR: smallMsgs}, make([]byte, smallMsgs*size))
 	recvs := make([]RecvWR, smallBatch)
 	for i := range recvs {
 		recvs[i] = RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(0, size)}}

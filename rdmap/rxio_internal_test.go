@@ -30,28 +30,8 @@ func TestReadVecDeadlineNoStaleCount(t *testing.T) {
 	}
 	defer conn.Close()
 
-	dev, err := NewDevice(&Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	pd := dev.AllocPD()
-	cq, err := dev.CreateCQ(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cq.Close()
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qp.Close()
 	mem := make([]byte, 64)
-	mr, err := pd.RegisterMemory(mem, AccessLocalWrite|AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Deregister()
+	qp, _, mr := engineQP(t, 4, QPConfig{}, mem)
 	qp.p = mpa.Params{}
 	rx := &qp.rx
 	rx.init(qp, conn)
