@@ -389,36 +389,40 @@ func main() {
 	os.Exit(code)
 }
 
-func benchMain(o *options) int {
-	if o.cpuprofile != "" {
-		f, err := os.Create(o.cpuprofile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-			return 2
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-			return 2
-		}
-		atCleanup(func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		})
+// recordTo creates file and starts a whole-run recording (a CPU profile,
+// an execution trace) into it; the cleanup stops it and closes the file.
+func recordTo(file string, start func(io.Writer) error, stop func()) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
 	}
-	if o.trace != "" {
-		f, err := os.Create(o.trace)
-		if err != nil {
+	if err := start(f); err != nil {
+		f.Close()
+		return err
+	}
+	atCleanup(func() {
+		stop()
+		f.Close()
+	})
+	return nil
+}
+
+func benchMain(o *options) int {
+	for _, w := range []struct {
+		file  string
+		start func(io.Writer) error
+		stop  func()
+	}{
+		{o.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{o.trace, trace.Start, trace.Stop},
+	} {
+		if w.file == "" {
+			continue
+		}
+		if err := recordTo(w.file, w.start, w.stop); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			return 2
 		}
-		if err := trace.Start(f); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-			return 2
-		}
-		atCleanup(func() {
-			trace.Stop()
-			f.Close()
-		})
 	}
 	if o.profileDir != "" {
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
