@@ -1055,34 +1055,20 @@ func (qp *QP) txEmitSmall() bool {
 	e, idx := t.wr, t.wrIdx
 	full := false
 	for !qp.broken.Load() {
-		var h []byte
+		op, data := wire.OpWrite, true
 		switch e.op {
 		case WRWrite:
-			if (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-ddp.TaggedHeaderLen {
-				break
-			}
-			h = t.hdr[:ddp.TaggedHeaderLen]
-			ddp.PutTagged(h, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
-				STag: e.remote.STag, TO: e.remote.Offset})
 		case WRSend, WRSendInv:
-			if (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-ddp.UntaggedHeaderLen {
-				break
-			}
-			h = t.hdr[:ddp.UntaggedHeaderLen]
-			ddp.PutUntagged(h, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, sendOpcode(e)),
-				RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend]})
+			op = sendOpcode(e)
+		default:
+			data = false
 		}
-		if h == nil {
+		if !data || (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-dataHeaderLen(op) {
 			break // not a small message: txEmit's
 		}
-		var p []byte
-		if e.inline {
-			s := qp.sq.slot(idx) * qp.cfg.MaxInline
-			p = qp.inline[s : s+int(e.length)]
-		} else {
-			p = e.sge0.MR.localBytes(e.sge0.Offset, uint64(e.length))
-		}
-		if !t.w.AddFPDU(h, p) {
+		// The job's cursor is at the start of every message here (msgOff
+		// and sgeOff 0), so dataHeader frames e as its first segment.
+		if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, int(e.length))) {
 			full = true
 			break
 		}
@@ -1135,13 +1121,21 @@ func (t *txEngine) dataHeader(e *sqEntry, op wire.Opcode, last bool) []byte {
 func (qp *QP) txPiece(e *sqEntry, n int) []byte {
 	t := &qp.tx
 	if e.inline {
-		s := qp.sq.slot(t.wrIdx)*qp.cfg.MaxInline + int(t.msgOff)
-		return qp.inline[s : s+n]
+		return qp.onePiece(e, t.wrIdx, int(t.msgOff), n)
 	}
-	sg := &e.sge0
-	p := sg.MR.localBytes(sg.Offset+uint64(t.sgeOff), uint64(n))
+	p := qp.onePiece(e, t.wrIdx, int(t.sgeOff), n)
 	t.sgeOff += uint32(n)
 	return p
+}
+
+// onePiece returns n payload bytes from offset off of e (SQ index idx),
+// whose payload is one piece: its inline data or its one SGE.
+func (qp *QP) onePiece(e *sqEntry, idx uint64, off, n int) []byte {
+	if e.inline {
+		s := qp.sq.slot(idx)*qp.cfg.MaxInline + off
+		return qp.inline[s : s+n]
+	}
+	return e.sge0.MR.localBytes(e.sge0.Offset+uint64(off), uint64(n))
 }
 
 // txGather queues n payload bytes from the work request's SGL.
