@@ -23,15 +23,22 @@ import (
 // to readDepth outstanding, the ORD the connection settles (rdmaptest's
 // default IRD/ORD of 16), each signaled. depth is the mirrored baseline's
 // window (raw.go).
+//
+// sqDepth and recvPosted are the batched baseline's buffer in messages:
+// its 64 KiB bufio.Writer holds 1024 messages of 64 bytes before the
+// writer must wait for the socket, and 1024 work requests on the SQ (and
+// as many receives posted) let the QP hold as many. With 256 the send
+// engine wrote at most ~255 FPDUs (22 KB) per writev and the system calls
+// per message were what bounded the 64-byte rates.
 const (
-	sqDepth     = 256
+	sqDepth     = 1024
 	signalEvery = 32
 	readDepth   = 16
 	depth       = 32
 	// recvPosted is how many receives the server side keeps posted for
 	// Sends (perftest's ib_send_bw rx depth); the client keeps
 	// clientRecvs for the ping-pong's echoes.
-	recvPosted  = 512
+	recvPosted  = 1024
 	clientRecvs = 8
 	// pollBatch is how many completions one Poll takes at most.
 	pollBatch = 64
@@ -58,7 +65,8 @@ func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
 		return nil, err
 	}
 	s := &qpSide{dev: dev, pd: dev.AllocPD(), wcs: make([]rdmap.WC, pollBatch)}
-	if s.cq, err = dev.CreateCQ(1024); err != nil {
+	// Room for every receive posted and every signaled send at once.
+	if s.cq, err = dev.CreateCQ(2 * recvPosted); err != nil {
 		return s, err
 	}
 	if s.qp, err = s.pd.CreateQP(&rdmap.QPConfig{

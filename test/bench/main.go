@@ -10,8 +10,8 @@
 // application opts into; pingpong-rxg, a diagnostic without a target, is
 // the same ping-pong with the receive goroutines). The Write and Send
 // workloads post as a message-rate RDMA user does (perftest's
-// ib_write_bw, ib_send_bw): up to 256 work requests on the SQ in lists
-// of 32 with only the last signaled, 512 receives posted and reposted in
+// ib_write_bw, ib_send_bw): up to 1024 work requests on the SQ in lists
+// of 32 with only the last signaled, 1024 receives posted and reposted in
 // lists (see sqDepth in gosiw.go); every message is still a whole RDMA
 // operation, every receive completion reaped. Every target is judged against a
 // bare TCP baseline (bare.go) in the same run: bulk (one goroutine
