@@ -245,7 +245,8 @@ func TestPerfFlags(t *testing.T) {
 		{[]string{"write", "127.0.0.1:70000"}, `port "70000": want a number from 1 to 65535`},
 		{[]string{"write", "127.0.0.1:http"}, `port "http": want a number from 1 to 65535`},
 		{[]string{"fly", "127.0.0.1:1"}, `unknown command "fly"`},
-		{[]string{"write", "-d", "500", "127.0.0.1:1"}, "-d/--depth 500: want 1 to"},
+		{[]string{"write", "-d", "1025", "127.0.0.1:1"}, "-d/--depth 1025: want 1 to"},
+		{[]string{"read", "-d", "200", "127.0.0.1:1"}, "read depth 200 over the ORD limit of 128"},
 		{[]string{"write", "-d", "0", "127.0.0.1:1"}, "-d/--depth 0: want 1 to"},
 		{[]string{"write", "-P", "0", "127.0.0.1:1"}, "-P/--parallel 0: want 1 to 128"},
 		{[]string{"write", "-P", "129", "127.0.0.1:1"}, "129 parallel streams out of range"},
@@ -408,7 +409,7 @@ func TestPerfServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := next(); !regexp.MustCompile(`^\[  1\] accepted 127\.0\.0\.1:\d+: send, 1000-byte messages, depth 128, CRC off$`).MatchString(l) {
+	if l := next(); !regexp.MustCompile(`^\[  1\] accepted 127\.0\.0\.1:\d+: send, 1000-byte messages, depth 1024, CRC off$`).MatchString(l) {
 		t.Errorf("accepted line %q", l)
 	}
 	// The responder's count of the messages it received.

@@ -528,7 +528,7 @@ func TestDefaultDepth(t *testing.T) {
 		op         Op
 		size, want int
 	}{
-		{OpSend, 64, MaxDepth}, {OpWrite, 8 << 10, MaxDepth}, {OpRead, 16 << 10, 64},
+		{OpSend, 64, MaxDepth}, {OpWrite, 1 << 10, MaxDepth}, {OpWrite, 8 << 10, 128}, {OpRead, 64, MaxReadDepth}, {OpRead, 16 << 10, 64},
 		{OpWrite, 64 << 10, DefaultDepth}, {OpSend, 1 << 20, DefaultDepth}, {OpWrite, MaxSize, DefaultDepth},
 		{OpPingPong, 64, 1}, {OpPingPong, 1 << 20, 1},
 	} {
@@ -551,10 +551,11 @@ func TestSendReceiveWindow(t *testing.T) {
 	for _, c := range []struct {
 		size, depth, want int
 	}{
-		{64, 16, maxRecvs},                 // 1 MiB of 256-byte slots is more than maxRecvs
-		{4 << 10, 16, 256},                 // 1 MiB of messages
-		{64 << 10, 16, 32},                 // twice the depth
-		{64 << 10, MaxDepth, 2 * MaxDepth}, // twice the depth
+		{64, 16, maxRecvs},        // 1 MiB of 256-byte slots is more than maxRecvs
+		{4 << 10, 16, 256},        // 1 MiB of messages
+		{64 << 10, 16, 32},        // twice the depth
+		{64 << 10, 128, 256},      // twice the depth
+		{64 << 10, MaxDepth, 256}, // maxRecvBytes of receives
 	} {
 		conn, err := dialRaw(t, addr, AppendRequest(nil, &Params{Op: OpSend, Size: c.size, Depth: c.depth}))
 		if err != nil {

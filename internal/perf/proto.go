@@ -24,9 +24,14 @@ const MaxPrivateData = 251
 // Limits of a test, enforced by the responder (a Request outside them is
 // rejected with the reason) and by the client before it dials.
 const (
-	MinSize  = 1
-	MaxSize  = 64 << 20 // one message
-	MaxDepth = rdmap.MaxIRDORD
+	MinSize = 1
+	MaxSize = 64 << 20 // one message
+	// MaxDepth bounds the work requests a Write or Send stream keeps
+	// outstanding: the 1024 messages of 64 bytes a 64 KiB buffer of the
+	// TCP baseline holds. A Read stream's depth is its ORD, at most
+	// MaxReadDepth.
+	MaxDepth     = 1024
+	MaxReadDepth = rdmap.MaxIRDORD
 	// MaxBuffer bounds the memory a responder maps for one connection.
 	MaxBuffer = 256 << 20
 )
@@ -93,6 +98,9 @@ func (p *Params) Validate() error {
 	}
 	if p.Depth < 1 || p.Depth > MaxDepth {
 		return fmt.Errorf("depth %d out of range [1, %d]", p.Depth, MaxDepth)
+	}
+	if p.Op == OpRead && p.Depth > MaxReadDepth {
+		return fmt.Errorf("read depth %d over the ORD limit of %d", p.Depth, MaxReadDepth)
 	}
 	if p.Op == OpPingPong && p.Depth != 1 {
 		return fmt.Errorf("pingpong takes depth 1, not %d", p.Depth)

@@ -12,7 +12,8 @@ import (
 func TestRequestRoundTrip(t *testing.T) {
 	for _, p := range []Params{
 		{Op: OpWrite, Size: 65536, Depth: 16},
-		{Op: OpRead, Size: 1, Depth: MaxDepth},
+		{Op: OpRead, Size: 1, Depth: MaxReadDepth},
+		{Op: OpWrite, Size: 1, Depth: MaxDepth},
 		{Op: OpSend, Size: MaxSize, Depth: 1},
 		{Op: OpPingPong, Size: 64, Depth: 1},
 	} {
@@ -41,7 +42,8 @@ func TestParseRequestErrors(t *testing.T) {
 		"gosiw-perf/1 op=write size=x":            "bad size=",
 		"gosiw-perf/1 op=write size=0":            "size 0 out of range",
 		"gosiw-perf/1 op=write size=67108865":     "size 67108865 out of range",
-		"gosiw-perf/1 op=read size=8 depth=129":   "depth 129 out of range",
+		"gosiw-perf/1 op=read size=8 depth=129":   "read depth 129 over the ORD limit of 128",
+		"gosiw-perf/1 op=send size=8 depth=1025":  "depth 1025 out of range",
 		"gosiw-perf/1 op=pingpong size=8 depth=2": "pingpong takes depth 1",
 		"gosiw-perf/10 op=write size=8":           "not a gosiw-perf/1 message",
 		"gosiw-perf/1 op=write size=8 junk":       `bad field "junk"`,

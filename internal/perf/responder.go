@@ -347,13 +347,16 @@ func clampIRDORD(n int) int { return min(max(n, 1), rdmap.MaxIRDORD) }
 
 // A send test's responder keeps receives posted for at least recvWindow
 // bytes of messages (and for twice the client's depth), at most maxRecvs
-// of them, as perftest's ib_send_bw keeps 512. The client may run only
+// of them (perftest's ib_send_bw keeps 512; a client may keep up to
+// MaxDepth Sends outstanding). The client may run only
 // as far ahead as the receives the responder has reposted and announced
 // (credits), and the credits take a round trip to come back: a window of
 // 2×16 small messages was the limit of a 64-byte test, not the QPs.
+// maxRecvBytes bounds the receive buffers whatever the depth.
 const (
-	recvWindow = 1 << 20
-	maxRecvs   = 512
+	recvWindow   = 1 << 20
+	maxRecvs     = 2 * MaxDepth
+	maxRecvBytes = 16 << 20
 )
 
 // newResponder allocates the buffers, CQ and QP for p and posts the
@@ -372,7 +375,7 @@ func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error
 		r.recvs, r.slotLen = 2, ctrlLen
 	case OpSend:
 		r.slotLen = max(p.Size, ctrlLen)
-		r.recvs = min(max(2*p.Depth, recvWindow/r.slotLen, 4), maxRecvs, limit/r.slotLen)
+		r.recvs = min(max(2*p.Depth, recvWindow/r.slotLen, 4), maxRecvs, max(maxRecvBytes/r.slotLen, 4), limit/r.slotLen)
 	case OpPingPong:
 		r.slotLen = max(p.Size, ctrlLen)
 		r.recvs = 4
