@@ -215,6 +215,27 @@ func (s *TaggedSink) Segment(h Header, n int, r Regions) error {
 	return nil
 }
 
+// Continue is Segment for a caller that has already checked the region
+// of a tagged segment of n > 0 payload bytes (what Regions.CheckRegion
+// would check) and wants no call back: it accepts the segment exactly
+// when Segment would, with its region accepted, and reports true. When
+// it cannot tell without Segment (an expected message, see Expect) or
+// Segment would refuse the segment (its STag or TO does not continue the
+// message in progress), it reports false and changes nothing: the caller
+// then calls Segment, which gives the error.
+func (s *TaggedSink) Continue(h Header, n int) bool {
+	_ = h[TaggedHeaderLen-1]
+	if s.bounded || n <= 0 {
+		return false
+	}
+	stag, to := h.STag(), h.TO()
+	if s.active && (stag != s.stag || to != s.next) {
+		return false
+	}
+	s.active, s.stag, s.next = true, stag, to+uint64(n)
+	return true
+}
+
 // Placed records that the segment Segment accepted was placed and
 // delivered; last ends the message.
 func (s *TaggedSink) Placed(last bool) {

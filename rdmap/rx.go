@@ -428,13 +428,13 @@ func (rx *rxEngine) loop(driven bool) error {
 		if rx.yield.Load() {
 			return errYield
 		}
-		ti, err := rx.fpdu()
+		n, ti, err := rx.fpdus(rxRunMax)
 		rx.dropRefs()
 		if err != nil {
 			return err
 		}
 		if driven {
-			rx.counts.driven++
+			rx.counts.driven += uint64(n)
 		}
 		if ti != nil {
 			rx.failWith(ti)
@@ -560,6 +560,185 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rx.counts.fpdus++
 	rx.counts.bytes += uint64(wl)
 	return rx.end(), nil
+}
+
+// rxRunMax bounds the FPDUs the receive loop takes in one call of fpdus:
+// none, in effect (a run ends with what the reader has buffered).
+const rxRunMax = 1 << 30
+
+// fpdus receives up to max FPDUs (at least one): one as fpdu does and,
+// unless that one failed, the ones the reader already holds whole after
+// it (wholeRun). It returns how many it received, and the Terminate or
+// the error of the last. The engine checks between FPDUs, as its loop
+// does, whether the QP broke or it is to yield.
+func (rx *rxEngine) fpdus(max int) (int, *termInfo, error) {
+	ti, err := rx.fpdu()
+	if err != nil || ti != nil || max <= 1 || rx.noWhole {
+		return 1, ti, err
+	}
+	rx.dropRefs()
+	n, ti := rx.wholeRun(max - 1)
+	return 1 + n, ti, nil
+}
+
+// wholeRun receives, in one loop, up to max FPDUs the reader holds whole
+// (mpa.Reader.Whole), until one fails, the reader holds no whole FPDU or
+// the QP broke or the engine is to yield. A run of Write segments into
+// the region the last Write placed into (the message-rate workload: many
+// small Writes in one socket read) is received by writeRun's checks,
+// with the region entered (enterPlace) once for the run rather than once
+// per FPDU; everything else, and any Write those checks do not accept as
+// they stand, goes through whole, which gives the answer for it. It
+// returns how many FPDUs it received and the Terminate of the last.
+//
+// The region stays entered across the run's Writes: an invalidation
+// waits for the run to leave it (MR.fence), which is bounded by one
+// buffer's copies (the run never reads the socket), and every Write of
+// the run rechecks its STag word before its copy, as enterPlace would,
+// so the first one after an invalidation is cut as it would have been
+// between two FPDUs. The region is left before anything else is done.
+func (rx *rxEngine) wholeRun(max int) (int, *termInfo) {
+	qp, rd := rx.qp, rx.rd
+	var w runWrite
+	n := 0
+	for n < max && !qp.broken.Load() && !rx.yield.Load() {
+		u, ok, err := rd.Whole()
+		if !ok {
+			break
+		}
+		n++
+		if err == nil && rx.writeRun(&w, u) {
+			continue
+		}
+		if w.mr != nil {
+			rx.leavePlace(w.mr)
+			w = runWrite{}
+		}
+		if err != nil {
+			ti, _ := rx.readerErr(err) // ErrBadCRC: a Terminate, no error
+			return n, ti
+		}
+		ti := rx.whole(u)
+		rx.dropRefs()
+		if ti != nil {
+			return n, ti
+		}
+	}
+	if w.mr != nil {
+		rx.leavePlace(w.mr)
+	}
+	return n, nil
+}
+
+// runWrite is the region a run of Writes is placing into (wholeRun): the
+// region entered, its STag word when it was entered, and its mapping.
+type runWrite struct {
+	mr   *MR
+	want uint64
+	bind *mrBinding
+}
+
+// writeCtrl is the RDMAP control byte of an RDMA Write.
+var writeCtrl = wire.ControlByte(wire.Version1, wire.OpWrite)
+
+// writeRun receives the Write segment with ULPDU u (taken whole, its CRC
+// checked) into the region w, entering it first if w has none, when the
+// segment is what whole would accept and place there: a tagged, DDP
+// version 1 header with the Write control byte, a non-empty payload,
+// the region the segment's message places into (the message in
+// progress, or the region the last Write found, referenced and with its
+// STag word unchanged: what CheckRegion would look up and take), its
+// access (as MR.check checks it, against the mapping the unchanged word
+// names) and the DDP rules (ddp.TaggedSink.Continue). It then leaves the
+// engine as whole would have: the FPDU's header and counters, the DDP
+// state, the message's reference and the payload placed. It reports
+// false, having changed nothing, otherwise: the caller receives the
+// FPDU through whole.
+func (rx *rxEngine) writeRun(w *runWrite, u []byte) bool {
+	if len(u) <= ddp.TaggedHeaderLen || u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.FlagTagged|ddp.Version1 || u[1] != writeCtrl {
+		return false
+	}
+	h := ddp.Header(u[:ddp.TaggedHeaderLen])
+	stag, to, plen := h.STag(), h.TO(), len(u)-ddp.TaggedHeaderLen
+	active := rx.tagged.Active()
+	mr := rx.lastMR
+	if active {
+		if rx.taggedOp != wire.OpWrite {
+			return false
+		}
+		mr = rx.writeMR
+	} else if rx.held != mr || STag(uint32(rx.lastWord)) != stag {
+		return false
+	}
+	if mr == nil {
+		return false
+	}
+	if w.mr != mr {
+		if w.mr != nil || !rx.enterRun(w, mr) {
+			return false
+		}
+	}
+	// As MR.check, against the mapping the word names, which entering
+	// checked for this QP and the Write right.
+	want := w.want
+	if mr.st.Load() != want || STag(uint32(want)) != stag || (!active && rx.lastWord != want) {
+		return false
+	}
+	b := w.bind
+	if b.parent != nil && b.parent.st.Load()&mrValid == 0 {
+		return false
+	}
+	off := to - b.base
+	if to < b.base || off > uint64(len(b.buf)) || uint64(plen) > uint64(len(b.buf))-off {
+		return false
+	}
+	if !rx.tagged.Continue(h, plen) {
+		return false
+	}
+	// What begin and end would have left.
+	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen = len(u), ddp.TaggedHeaderLen, plen
+	rx.cur.op, rx.cur.last = wire.OpWrite, h.Last()
+	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(len(u)))
+	*(*[ddp.TaggedHeaderLen]byte)(rx.cur.hdr[mpa.LengthFieldLen:]) = [ddp.TaggedHeaderLen]byte(h)
+	if prev := rx.cur.hdrLen; prev != mpa.LengthFieldLen+ddp.TaggedHeaderLen {
+		rx.cur.hdrLen = mpa.LengthFieldLen + ddp.TaggedHeaderLen
+		if prev > rx.cur.hdrLen {
+			clear(rx.cur.hdr[rx.cur.hdrLen:prev])
+		}
+	}
+	rx.taggedOp = wire.OpWrite
+	if !active {
+		rx.held, rx.writeMR = nil, mr // takeRef's reference, for the message
+	}
+	copy(b.buf[off:off+uint64(plen)], u[ddp.TaggedHeaderLen:])
+	rx.counts.copied += uint64(plen)
+	rx.counts.fpdus++
+	rx.counts.bytes += uint64(mpa.FPDULen(len(u)))
+	rx.tagged.Placed(rx.cur.last)
+	if rx.cur.last {
+		rx.dropRef(mr)
+		rx.writeMR = nil
+	}
+	return true
+}
+
+// enterRun enters mr for a run of Writes (writeRun): its STag word valid,
+// its mapping in this QP's PD (a type 2 window: bound on this QP) and
+// granting remote writes.
+func (rx *rxEngine) enterRun(w *runWrite, mr *MR) bool {
+	want := mr.st.Load()
+	if want&mrValid == 0 {
+		return false
+	}
+	b := mr.bind.Load()
+	if b == nil || mr.pd != rx.qp.pd || (b.qp != nil && b.qp != rx.qp) || b.access&AccessRemoteWrite != AccessRemoteWrite {
+		return false
+	}
+	if !rx.enterPlace(mr, want) {
+		return false
+	}
+	*w = runWrite{mr: mr, want: want, bind: b}
+	return true
 }
 
 // whole receives an FPDU the reader had buffered whole (mpa.Reader.Whole;
