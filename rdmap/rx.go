@@ -136,6 +136,9 @@ type rxEngine struct {
 	// noWhole (tests: SetRxNoWhole, before the QP starts) reads every
 	// FPDU header first, never with mpa.Reader.Whole.
 	noWhole bool
+	// runStep, when set (tests, before the engine runs), is called before
+	// each FPDU of a run (wholeRun) with how many the run has received.
+	runStep func(n int)
 
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
@@ -602,6 +605,9 @@ func (rx *rxEngine) wholeRun(max int) (int, *termInfo) {
 	var w runWrite
 	n := 0
 	for n < max && !qp.broken.Load() && !rx.yield.Load() {
+		if rx.runStep != nil {
+			rx.runStep(n)
+		}
 		u, ok, err := rd.Whole()
 		if !ok {
 			break
