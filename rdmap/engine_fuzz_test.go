@@ -885,6 +885,16 @@ func engineSeeds() [][]byte {
 		b(cfg, readReq(0x27, 0, 16))
 		b(cfg, write(0, 8, 1), cut, writeOp(0x17, 0, 100, 1, 0), readReq(0x17, 0, 64), readResp(100), readResp(3000), cut, writeOp(0x17, winAllLen/2-8, 16, 1, 0))
 	}
+	// Runs of small Writes in one TCP write (the receive engine takes
+	// them in one run), through the region and the window, a message of
+	// two segments among them, then one beyond the window, an invalid
+	// STag, and a Write after a Send with Invalidate of its region.
+	for _, cfg := range []byte{0, cfgCRC} {
+		b(cfg, write(0, 8, 1), write(8, 8, 1), write(16, 100, 2), write(116, 8, 1), write(124, 8, 1), cut,
+			writeOp(0x47, 0, 8, 1, 0), writeOp(0x47, 8, 8, 1, 0), write(200, 8, 1), write(208, 8, 1), write(8000, 1000, 1), write(300, 8, 1))
+		b(cfg|cfgRFC7306, write(0, 8, 1), write(8, 8, 1), writeOp(3, 0, 10, 1, 0), write(16, 8, 1))
+		b(cfg|cfgRFC7306, write(0, 8, 1), write(8, 8, 1), send(2, 10, 0, 0), write(16, 8, 1), write(24, 8, 1))
+	}
 	// Hostile ones.
 	b(0, write(0, 100, 1), []byte{opGarbage, 3, 0xff, 0xff, 0x12})
 	b(cfgCRC, writeOp(0, 0, 10, 1, 1))                                                         // bad CRC
