@@ -126,6 +126,27 @@ func (u *UntaggedSink) Placed(n int, last bool) {
 	}
 }
 
+// Message is Segment, Begin, Fit and Placed in turn for a message of one
+// segment h (its L flag set) of n payload bytes on queue qn, for a
+// caller that already has the buffer Begin would take for it (of length
+// bytes): it accepts the message exactly when they would, records it
+// placed and delivered (MO returns n, the queue's next MSN advances) and
+// reports true. Otherwise it reports false and changes nothing: the
+// caller then goes through Segment and Begin, which give the error.
+func (u *UntaggedSink) Message(h Header, qn uint32, n int, length uint64) bool {
+	_ = h[UntaggedHeaderLen-1]
+	if !h.Last() || h.QN() != qn || qn >= NumQueues || u.active && u.qn == qn {
+		return false
+	}
+	msn := h.MSN()
+	if msn != u.msn[qn] || h.MO() != 0 || n < 0 || uint64(n) > length {
+		return false
+	}
+	u.active, u.qn, u.cur, u.mo, u.length = false, qn, msn, uint32(n), length
+	u.msn[qn]++
+	return true
+}
+
 // Abandon ends the message in progress without delivering it (the
 // stream is failing); its queue's MSN stays.
 func (u *UntaggedSink) Abandon() { u.active = false }

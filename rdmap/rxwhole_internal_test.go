@@ -36,8 +36,12 @@ func wholeRun(t *testing.T, build func(STag) []byte, crc bool, mode rxMode, fpdu
 	mem := make([]byte, 1024)
 	qp, cq, mr := engineQP(t, 64, QPConfig{}, mem)
 	stream := build(mr.STag())
-	for i := range 3 {
-		if err := qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(512+i*128, 70)}}); err != nil {
+	for i := range 6 {
+		sgl := []SGE{mr.SGE(512+i*80, 70)}
+		if i == 2 {
+			sgl = []SGE{mr.SGE(512+i*80, 30), mr.SGE(512+i*80+30, 40)}
+		}
+		if err := qp.PostRecv(RecvWR{ID: uint64(i), SGL: sgl}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,8 +143,12 @@ func engineQP(tb testing.TB, cqn int, cfg QPConfig, mem []byte) (*QP, *CQ, *MR) 
 // error is reported before anything of its FPDU is acted on.
 func TestRxWholeAgrees(t *testing.T) {
 	pat := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
-	send := func(msn, mo uint32, last bool) []byte {
-		return ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpSend), QN: wire.QNSend, MSN: msn, MO: mo})
+	send := func(msn, mo uint32, last bool, op ...wire.Opcode) []byte {
+		o := wire.OpSend
+		if len(op) > 0 {
+			o = op[0]
+		}
+		return ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, o), QN: wire.QNSend, MSN: msn, MO: mo})
 	}
 	// A Write's STag is that of the region (0) or another (1).
 	write := func(to uint64, last bool, other ...byte) []byte {
@@ -156,21 +164,25 @@ func TestRxWholeAgrees(t *testing.T) {
 		{write(200, true), nil},         // a zero-length Write
 		{write(300, true), pat(1, 6)},   // a one-byte Write
 		// A run of small Writes, one of them a message of two
-		// segments, then two more Writes.
-		{write(400, true), pat(10, 8)},   // 7
-		{write(410, true), pat(10, 9)},   // 8
-		{write(420, false), pat(10, 10)}, // 9
-		{write(430, true), pat(10, 11)},  // 10
-		{write(440, true), pat(10, 12)},  // 11
+		// segments, and single-segment Sends (one into a receive of
+		// two SGEs), then two more Writes.
+		{write(400, true), pat(10, 8)},                 // 7
+		{write(410, true), pat(10, 9)},                 // 8
+		{write(420, false), pat(10, 10)},               // 9
+		{write(430, true), pat(10, 11)},                // 10
+		{send(3, 0, true, wire.OpSendSE), pat(50, 15)}, // 11
+		{send(4, 0, true, wire.OpSendSE), pat(20, 16)}, // 12
+		{send(5, 0, true), pat(70, 17)},                // 13
+		{write(440, true), pat(10, 12)},                // 14
 	}
 	tail := []seg{{write(450, true), pat(10, 13)}, {write(460, true), pat(10, 14)}}
 	hostile := map[string][]seg{
-		"msn":         {{send(5, 0, true), pat(8, 7)}},                                // DDP untagged, MSN range
-		"stag":        {{write(0, true, 1), pat(8, 7)}},                               // invalid STag
-		"bounds":      {{write(1020, true), pat(8, 7)}},                               // base or bounds
-		"too-long":    {{send(3, 0, true), pat(71, 7)}},                               // no buffer (longer than the receive)
-		"no-recv":     {{send(3, 0, true), pat(8, 7)}, {send(4, 0, true), pat(8, 7)}}, // three receives
-		"short-ulpdu": {{send(3, 0, true)[:10], nil}},                                 // shorter than its header
+		"msn":         {{send(5, 0, true), pat(8, 7)}},                                                                                                                             // DDP untagged, MSN range
+		"stag":        {{write(0, true, 1), pat(8, 7)}},                                                                                                                            // invalid STag
+		"bounds":      {{write(1020, true), pat(8, 7)}},                                                                                                                            // base or bounds
+		"too-long":    {{send(3, 0, true), pat(71, 7)}},                                                                                                                            // no buffer (longer than the receive)
+		"no-recv":     {{send(3, 0, true), pat(8, 7)}, {send(4, 0, true), pat(8, 7)}, {send(5, 0, true), pat(8, 7)}, {send(6, 0, true), pat(8, 7)}, {send(7, 0, true), pat(8, 7)}}, // six receives
+		"short-ulpdu": {{send(3, 0, true)[:10], nil}},                                                                                                                              // shorter than its header
 		"short-write": {{write(0, true)[:10], nil}},
 		"opcode":      {{ddp.AppendUntagged(nil, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, 14), QN: wire.QNSend, MSN: 3}), nil}},
 		"to":          {{write(5, true), pat(8, 7)}}, // in a Write message: TO out of sequence
@@ -178,12 +190,14 @@ func TestRxWholeAgrees(t *testing.T) {
 	}
 	// Where the hostile FPDUs go: after the valid ones, in the middle of
 	// the run of Writes, in the middle of its two-segment Write message.
-	at := map[string]int{"end": len(valid), "run": 9, "message": 10}
+	at := map[string]int{"end": len(valid), "run": 9, "message": 10, "sends": 12}
 	for _, crc := range []bool{false, true} {
 		for name, hs := range hostile {
 			for where, pos := range at {
 				for _, corrupt := range []bool{false, true} {
-					if corrupt && !crc || name == "to" && where != "message" {
+					// The hostile Sends of no-recv have the MSNs of
+					// the run's Sends, which must follow them.
+					if corrupt && !crc || name == "to" && where != "message" || name == "no-recv" && where != "run" && where != "message" {
 						continue // (elsewhere that Write is valid)
 					}
 					t.Run(fmt.Sprintf("crc=%v/%s/at=%s/corrupt=%v", crc, name, where, corrupt), func(t *testing.T) {
@@ -193,7 +207,7 @@ func TestRxWholeAgrees(t *testing.T) {
 				}
 			}
 		}
-		for _, cut := range []int{7, 8, 9, 10} {
+		for _, cut := range []int{7, 8, 9, 10, 12, 13, 14} {
 			t.Run(fmt.Sprintf("crc=%v/invalidated/before=%d", crc, cut), func(t *testing.T) {
 				rxAgree(t, append(slices.Clone(valid), tail...), crc, false, -1, cut)
 			})
@@ -255,15 +269,23 @@ func rxAgree(t *testing.T, segs []rxSeg, crc, corrupt bool, bad, cut int) {
 	if corrupt && (tiW.layer != wire.LayerLLP || tiW.code != uint8(mpa.TermCRC)) {
 		t.Fatalf("corrupt FPDU: Terminate %+v, want the LLP CRC error", tiW)
 	}
-	if cut >= 0 && (tiW.layer != wire.LayerDDP || tiW.etype != uint8(ddp.ErrTypeTagged) || tiW.code != uint8(ddp.CodeInvalidSTag)) {
-		t.Fatalf("Write into the invalidated region: Terminate %+v, want DDP invalid STag", tiW)
+	if cut >= 0 {
+		// A Write into the invalidated region names an invalid STag; a
+		// Send into a receive there is a local protection error.
+		etype, code := ddp.ErrTypeTagged, ddp.CodeInvalidSTag
+		if segs[cut].h[0]&ddp.FlagTagged == 0 {
+			etype, code = ddp.ErrTypeLocalCatastrophic, ddp.CodeLocalCatastrophic
+		}
+		if tiW.layer != wire.LayerDDP || tiW.etype != uint8(etype) || tiW.code != uint8(code) {
+			t.Fatalf("FPDU %d into the invalidated region: Terminate %+v, want DDP %v/%v", cut, tiW, etype, code)
+		}
 	}
 	if len(wcs[modeRun]) < 2 {
 		t.Fatalf("completions %+v, want those of the two valid Sends", wcs[modeRun])
 	}
 	pat := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 	if !bytes.Equal(memW[512:576], pat(64, 1)) || !bytes.Equal(memW[:60], pat(60, 2)) || !bytes.Equal(memW[60:100], pat(40, 3)) ||
-		!bytes.Equal(memW[640:670], pat(30, 4)) || !bytes.Equal(memW[670:704], pat(34, 5)) || memW[300] != 6 {
+		!bytes.Equal(memW[592:622], pat(30, 4)) || !bytes.Equal(memW[622:656], pat(34, 5)) || memW[300] != 6 {
 		t.Fatal("the valid FPDUs' payloads are not where their headers say")
 	}
 	// The run's Writes before the failed FPDU landed, none after it.
