@@ -126,25 +126,27 @@ func (u *UntaggedSink) Placed(n int, last bool) {
 	}
 }
 
-// Message is Segment, Begin, Fit and Placed in turn for a message of one
-// segment h (its L flag set) of n payload bytes on queue qn, for a
-// caller that already has the buffer Begin would take for it (of length
-// bytes): it accepts the message exactly when they would, records it
-// placed and delivered (MO returns n, the queue's next MSN advances) and
-// reports true. Otherwise it reports false and changes nothing: the
-// caller then goes through Segment and Begin, which give the error.
+// Message reports whether Segment, Begin, Fit and Placed in turn would
+// accept a message of one segment h (its L flag set) of n payload bytes
+// on queue qn into a buffer of length bytes (the one Begin would take):
+// the queue's next MSN, MO 0, no message in progress on the queue, room
+// for n bytes. It changes nothing: a caller that has placed the message
+// records it with Delivered; one told false goes through Segment and
+// Begin, which give the error.
 func (u *UntaggedSink) Message(h Header, qn uint32, n int, length uint64) bool {
 	_ = h[UntaggedHeaderLen-1]
 	if !h.Last() || h.QN() != qn || qn >= NumQueues || u.active && u.qn == qn {
 		return false
 	}
-	msn := h.MSN()
-	if msn != u.msn[qn] || h.MO() != 0 || n < 0 || uint64(n) > length {
-		return false
-	}
-	u.active, u.qn, u.cur, u.mo, u.length = false, qn, msn, uint32(n), length
+	return h.MSN() == u.msn[qn] && h.MO() == 0 && n >= 0 && uint64(n) <= length
+}
+
+// Delivered records the message Message accepted (with the same
+// arguments) as Begin, Fit and Placed would: placed and delivered, MO
+// returns n, the queue's next MSN advances.
+func (u *UntaggedSink) Delivered(h Header, qn uint32, n int, length uint64) {
+	u.active, u.qn, u.cur, u.mo, u.length = false, qn, h.MSN(), uint32(n), length
 	u.msn[qn]++
-	return true
 }
 
 // Abandon ends the message in progress without delivering it (the

@@ -79,7 +79,10 @@ import (
 // CRC, when in use, is checked over the buffered bytes first, so nothing
 // of it is acted on before (as in Buffered mode); then the same header
 // checks in the same order, and its payload is copied from the buffer,
-// each copy fenced as Place fences it.
+// each copy fenced as Place fences it. The FPDUs buffered whole after it
+// are taken in one loop (wholeRun): runs of small Writes and Sends into
+// one region are checked by writeRun and sendRun, the region entered
+// once per run.
 //
 // With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
 // mode: the header is still checked as soon as it is in (and a bad one
@@ -766,14 +769,16 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 	if !ok || !rx.tagged.Continue(h, plen) {
 		return false
 	}
-	// What begin, CheckRegion and end would have left.
-	rx.runHeader(u, ddp.TaggedHeaderLen)
-	rx.cur.op, rx.cur.last = wire.OpWrite, h.Last()
+	// The segment is in the message (as after Segment), its region
+	// taken for it (takeRef's reference, as CheckRegion takes it); then
+	// the payload, then what begin and end would have left.
 	rx.taggedOp = wire.OpWrite
 	if !active {
-		rx.held, rx.writeMR = nil, mr // takeRef's reference, for the message
+		rx.held, rx.writeMR = nil, mr
 	}
 	copy(dst, u[ddp.TaggedHeaderLen:])
+	rx.runHeader(u, ddp.TaggedHeaderLen)
+	rx.cur.op, rx.cur.last = wire.OpWrite, h.Last()
 	rx.tagged.Placed(rx.cur.last)
 	if rx.cur.last {
 		rx.dropRef(mr)
@@ -807,16 +812,21 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	if e.nsge != 1 || mr == nil || rx.held != mr || w.mr != mr && !rx.enterRun(w, mr) || !w.local {
 		return false
 	}
+	length := uint64(e.sge.Length)
 	dst, ok := w.runBytes(e.sge.Offset, plen)
-	if !ok || !rx.untagged.Message(h, wire.QNSend, plen, uint64(e.sge.Length)) {
+	if !ok || !rx.untagged.Message(h, wire.QNSend, plen, length) {
 		return false
 	}
-	// What begin, TakeBuffer, beginSend, end and completeRecv would have
+	// The payload first: should the copy fault (guardRx), the receive
+	// is still posted, to be flushed, and the FPDU not counted. Then
+	// what begin, TakeBuffer, beginSend, end and completeRecv would have
 	// left. The receive's completion is gathered last: should it fill
 	// the batch, the batch goes into the CQ outside the region.
+	copy(dst, u[ddp.UntaggedHeaderLen:])
 	id := e.id
 	e.sge.MR = nil // takeAt's: the RQ holds no reference
 	rx.rqTaken++
+	rx.untagged.Delivered(h, wire.QNSend, plen, length)
 	op := wire.OpSend
 	if u[1] == sendSECtrl {
 		op = wire.OpSendSE
@@ -825,7 +835,6 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	rx.cur.op, rx.cur.last = op, true
 	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
 	rx.recvInv = STag(h.RsvdULP32())
-	copy(dst, u[ddp.UntaggedHeaderLen:])
 	wc := &rx.wcs[rx.nwcs]
 	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: qp.qpn}
 	if op == wire.OpSendSE {
