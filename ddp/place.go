@@ -126,6 +126,29 @@ func (u *UntaggedSink) Placed(n int, last bool) {
 	}
 }
 
+// Message reports whether Segment, Begin, Fit and Placed in turn would
+// accept a message of one segment h (its L flag set) of n payload bytes
+// on queue qn into a buffer of length bytes (the one Begin would take):
+// the queue's next MSN, MO 0, no message in progress on the queue, room
+// for n bytes. It changes nothing: a caller that has placed the message
+// records it with Delivered; one told false goes through Segment and
+// Begin, which give the error.
+func (u *UntaggedSink) Message(h Header, qn uint32, n int, length uint64) bool {
+	_ = h[UntaggedHeaderLen-1]
+	if !h.Last() || h.QN() != qn || qn >= NumQueues || u.active && u.qn == qn {
+		return false
+	}
+	return h.MSN() == u.msn[qn] && h.MO() == 0 && n >= 0 && uint64(n) <= length
+}
+
+// Delivered records the message Message accepted (with the same
+// arguments) as Begin, Fit and Placed would: placed and delivered, MO
+// returns n, the queue's next MSN advances.
+func (u *UntaggedSink) Delivered(h Header, qn uint32, n int, length uint64) {
+	u.active, u.qn, u.cur, u.mo, u.length = false, qn, h.MSN(), uint32(n), length
+	u.msn[qn]++
+}
+
 // Abandon ends the message in progress without delivering it (the
 // stream is failing); its queue's MSN stays.
 func (u *UntaggedSink) Abandon() { u.active = false }
@@ -213,6 +236,27 @@ func (s *TaggedSink) Segment(h Header, n int, r Regions) error {
 	}
 	s.active, s.stag, s.next = true, stag, to+uint64(n)
 	return nil
+}
+
+// Continue is Segment for a caller that has already checked the region
+// of a tagged segment of n > 0 payload bytes (what Regions.CheckRegion
+// would check) and wants no call back: it accepts the segment exactly
+// when Segment would, with its region accepted, and reports true. When
+// it cannot tell without Segment (an expected message, see Expect) or
+// Segment would refuse the segment (its STag or TO does not continue the
+// message in progress), it reports false and changes nothing: the caller
+// then calls Segment, which gives the error.
+func (s *TaggedSink) Continue(h Header, n int) bool {
+	_ = h[TaggedHeaderLen-1]
+	if s.bounded || n <= 0 {
+		return false
+	}
+	stag, to := h.STag(), h.TO()
+	if s.active && (stag != s.stag || to != s.next) {
+		return false
+	}
+	s.active, s.stag, s.next = true, stag, to+uint64(n)
+	return true
 }
 
 // Placed records that the segment Segment accepted was placed and

@@ -259,3 +259,89 @@ func TestErrorString(t *testing.T) {
 		t.Fatal("Version()")
 	}
 }
+
+// anyRegion accepts every region (the caller of Continue has checked it).
+type anyRegion struct{}
+
+func (anyRegion) CheckRegion(ddp.STag, uint64, int) error { return nil }
+
+// TestShortcutsAgree: TaggedSink.Continue and UntaggedSink.Message (with
+// Delivered) accept exactly what Segment (with a region accepted), and
+// Segment, Begin, Fit and Placed, accept, and leave the same state; what
+// they do not accept leaves the state unchanged.
+func TestShortcutsAgree(t *testing.T) {
+	accept := anyRegion{}
+	var tstates []ddp.TaggedSink
+	var s ddp.TaggedSink
+	tstates = append(tstates, s)
+	if err := s.Segment(tagged(0x100, 0, false), 10, accept); err != nil {
+		t.Fatal(err)
+	}
+	tstates = append(tstates, s) // a message in progress, next TO 10
+	s = ddp.TaggedSink{}
+	s.Expect(0x100, 10, 20)
+	tstates = append(tstates, s) // an expected message
+	for i, st := range tstates {
+		for _, stag := range []ddp.STag{0x100, 0x200} {
+			for _, to := range []uint64{0, 5, 10} {
+				for _, last := range []bool{false, true} {
+					for _, n := range []int{0, 10} {
+						h := tagged(stag, to, last)
+						c, g := st, st
+						ok := c.Continue(h, n)
+						err := g.Segment(h, n, accept)
+						switch {
+						case ok && (err != nil || c != g):
+							t.Errorf("state %d, %#x/%d/%v/%d: Continue accepts, Segment: %v", i, stag, to, last, n, err)
+						case !ok && c != st:
+							t.Errorf("state %d, %#x/%d/%v/%d: Continue refused and changed the state", i, stag, to, last, n)
+						case !ok && err == nil && n > 0 && i != 2:
+							t.Errorf("state %d, %#x/%d/%v/%d: Continue refused what Segment accepts", i, stag, to, last, n)
+						}
+					}
+				}
+			}
+		}
+	}
+
+	var ustates []ddp.UntaggedSink
+	var u ddp.UntaggedSink
+	u.Reset()
+	ustates = append(ustates, u)
+	if err := u.Begin(untagged(0, 1, 0, false), &buffers{lens: []uint64{100}}); err != nil {
+		t.Fatal(err)
+	}
+	u.Placed(10, false)
+	ustates = append(ustates, u) // MSN 1 in progress, MO 10
+	u.Reset()
+	u.Skip(0)
+	ustates = append(ustates, u) // MSN 2 next
+	for i, st := range ustates {
+		for _, qn := range []uint32{0, 1, 7} {
+			for _, msn := range []uint32{1, 2, 3} {
+				for _, mo := range []uint32{0, 10} {
+					for _, last := range []bool{false, true} {
+						for _, n := range []int{0, 10, 60} {
+							h := untagged(qn, msn, mo, last)
+							c, g := st, st
+							ok := c.Message(h, 0, n, 50)
+							if c != st {
+								t.Fatalf("state %d: Message changed the state", i)
+							}
+							if ok {
+								c.Delivered(h, 0, n, 50)
+							}
+							gok := last && g.Segment(h, 0) == nil && !g.Continues(h) && g.Begin(h, &buffers{lens: []uint64{50}}) == nil && g.Fit(n) == nil
+							if gok {
+								g.Placed(n, true)
+							}
+							if ok != gok || ok && c != g {
+								t.Errorf("state %d, qn %d msn %d mo %d last %v n %d: Message %v, the rules %v", i, qn, msn, mo, last, n, ok, gok)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

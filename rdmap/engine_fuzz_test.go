@@ -88,7 +88,7 @@ const (
 	winLocLen = 16384
 	winSrcLen = 256 // source of the QP's own Send and Write
 	nRecvs    = 4
-	recvSGE   = 128 // two SGEs of this size per receive, 128 bytes apart
+	recvSGE   = 128 // two SGEs of this size per receive, 128 bytes apart (or one of twice the size)
 )
 
 // Read sinks inside winLocal: offset and length.
@@ -234,12 +234,19 @@ func newEngine(t *testing.T, cfg byte) *engine {
 	copy(e.mrSrc.Bytes(), bytes.Repeat([]byte("source!."), winSrcLen/8))
 	e.allow(0, 0, winAllLen)
 
-	// Receives: two SGEs each, with a canary gap inside the SGL's span.
+	// Receives: the first half two SGEs each, with a canary gap inside
+	// the SGL's span; the others one SGE of the same total length (the
+	// receives a run of small Sends takes without the generic path).
 	for i := range nRecvs {
 		o := i * 512
-		e.allow(5, o, recvSGE)
-		e.allow(5, o+2*recvSGE, recvSGE)
 		wr := rdmap.RecvWR{SGL: []rdmap.SGE{e.mrLocal.SGE(o, recvSGE), e.mrLocal.SGE(o+2*recvSGE, recvSGE)}}
+		if i < nRecvs/2 {
+			e.allow(5, o, recvSGE)
+			e.allow(5, o+2*recvSGE, recvSGE)
+		} else {
+			e.allow(5, o, 2*recvSGE)
+			wr.SGL = []rdmap.SGE{e.mrLocal.SGE(o, 2*recvSGE)}
+		}
 		if e.srq != nil {
 			wr.ID = 100 + uint64(i)
 			mustPost(t, e.srq.PostRecv(wr))
@@ -884,6 +891,20 @@ func engineSeeds() [][]byte {
 		b(cfg, writeOp(0x47, 0, 100, 1, 0), writeOp(0x27, 0, 100, 1, 0))
 		b(cfg, readReq(0x27, 0, 16))
 		b(cfg, write(0, 8, 1), cut, writeOp(0x17, 0, 100, 1, 0), readReq(0x17, 0, 64), readResp(100), readResp(3000), cut, writeOp(0x17, winAllLen/2-8, 16, 1, 0))
+	}
+	// Runs of small Writes in one TCP write (the receive engine takes
+	// them in one run), through the region and the window, a message of
+	// two segments among them, then one beyond the window, an invalid
+	// STag, and a Write after a Send with Invalidate of its region.
+	for _, cfg := range []byte{0, cfgCRC} {
+		b(cfg, write(0, 8, 1), write(8, 8, 1), write(16, 100, 2), write(116, 8, 1), write(124, 8, 1), cut,
+			writeOp(0x47, 0, 8, 1, 0), writeOp(0x47, 8, 8, 1, 0), write(200, 8, 1), write(208, 8, 1), write(8000, 1000, 1), write(300, 8, 1))
+		b(cfg|cfgRFC7306, write(0, 8, 1), write(8, 8, 1), writeOp(3, 0, 10, 1, 0), write(16, 8, 1))
+		b(cfg|cfgRFC7306, write(0, 8, 1), write(8, 8, 1), send(2, 10, 0, 0), write(16, 8, 1), write(24, 8, 1))
+		// Small Sends in one TCP write: the last two receives (one SGE
+		// each) are taken in a run; then one more than posted.
+		b(cfg, send(0, 20, 0), send(0, 20, 0), write(0, 8, 1), send(0, 30, 0), send(1, 200, 0), write(8, 8, 1), send(0, 8, 0))
+		b(cfg, send(0, 20, 0), send(0, 20, 0), send(0, 30, 0), send(0, 300, 0))
 	}
 	// Hostile ones.
 	b(0, write(0, 100, 1), []byte{opGarbage, 3, 0xff, 0xff, 0x12})

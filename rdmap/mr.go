@@ -297,7 +297,7 @@ func (mr *MR) invalidateSTag(s STag) bool {
 // An engine waiting in the poller for the peer's next bytes is poked
 // (its read deadline set to now); it then finds the STag changed, cuts
 // the segment and leaves. The wait is bounded by one read syscall or
-// one copy of at most an FPDU.
+// the copies of one buffer's FPDUs (a run, rxEngine.wholeRun).
 func (mr *MR) fence() {
 	if mr.placers.Load() == 0 {
 		return

@@ -79,7 +79,10 @@ import (
 // CRC, when in use, is checked over the buffered bytes first, so nothing
 // of it is acted on before (as in Buffered mode); then the same header
 // checks in the same order, and its payload is copied from the buffer,
-// each copy fenced as Place fences it.
+// each copy fenced as Place fences it. The FPDUs buffered whole after it
+// are taken in one loop (wholeRun): runs of small Writes and Sends into
+// one region are checked by writeRun and sendRun, the region entered
+// once per run.
 //
 // With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
 // mode: the header is still checked as soon as it is in (and a bad one
@@ -136,6 +139,9 @@ type rxEngine struct {
 	// noWhole (tests: SetRxNoWhole, before the QP starts) reads every
 	// FPDU header first, never with mpa.Reader.Whole.
 	noWhole bool
+	// runStep, when set (tests, before the engine runs), is called before
+	// each FPDU of a run (wholeRun) with how many the run has received.
+	runStep func(n int)
 
 	ended      atomic.Bool // the receive goroutine has stopped reading
 	selfClosed atomic.Bool // the send engine closed the connection itself
@@ -428,13 +434,13 @@ func (rx *rxEngine) loop(driven bool) error {
 		if rx.yield.Load() {
 			return errYield
 		}
-		ti, err := rx.fpdu()
+		n, ti, err := rx.fpdus(rxRunMax)
 		rx.dropRefs()
 		if err != nil {
 			return err
 		}
 		if driven {
-			rx.counts.driven++
+			rx.counts.driven += uint64(n)
 		}
 		if ti != nil {
 			rx.failWith(ti)
@@ -560,6 +566,285 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rx.counts.fpdus++
 	rx.counts.bytes += uint64(wl)
 	return rx.end(), nil
+}
+
+// rxRunMax bounds the FPDUs the receive loop takes in one call of fpdus:
+// none, in effect (a run ends with what the reader has buffered).
+const rxRunMax = 1 << 30
+
+// fpdus receives up to max FPDUs (at least one): one as fpdu does and,
+// unless that one failed, the ones the reader already holds whole after
+// it (wholeRun). It returns how many it received, and the Terminate or
+// the error of the last. The engine checks between FPDUs, as its loop
+// does, whether the QP broke or it is to yield.
+func (rx *rxEngine) fpdus(max int) (int, *termInfo, error) {
+	ti, err := rx.fpdu()
+	if err != nil || ti != nil || max <= 1 || rx.noWhole {
+		return 1, ti, err
+	}
+	rx.dropRefs()
+	n, ti := rx.wholeRun(max - 1)
+	return 1 + n, ti, nil
+}
+
+// wholeRun receives, in one loop, up to max FPDUs the reader holds whole
+// (mpa.Reader.Whole), until one fails, the reader holds no whole FPDU or
+// the QP broke or the engine is to yield. A run of Write segments into
+// the region the last Write placed into, or of single-segment Sends into
+// receives of one SGE in the region the last Send placed into (the
+// message-rate workload: many small messages in one socket read), is
+// received by writeRun's and sendRun's checks, with the region entered
+// (enterPlace) once for the run rather than once per FPDU; everything
+// else, and any FPDU those checks do not accept as they stand, goes
+// through whole, which gives the answer for it. It returns how many
+// FPDUs it received and the Terminate of the last.
+//
+// The region stays entered across the run's FPDUs: an invalidation waits
+// for the run to leave it (MR.fence), which is bounded by one buffer's
+// copies (the run never reads the socket), and every FPDU of the run
+// rechecks its STag word before its copy, as enterPlace would, so the
+// first one after an invalidation is cut as it would have been between
+// two FPDUs. The region is left before anything else is done (whole,
+// pushing completions into the CQ).
+func (rx *rxEngine) wholeRun(max int) (int, *termInfo) {
+	qp, rd := rx.qp, rx.rd
+	var w runRegion
+	n := 0
+	for n < max && !qp.broken.Load() && !rx.yield.Load() {
+		if rx.runStep != nil {
+			rx.runStep(n)
+		}
+		u, ok, err := rd.Whole()
+		if !ok {
+			break
+		}
+		n++
+		if err == nil && len(u) > 1 {
+			switch u[1] {
+			case writeCtrl:
+				if rx.writeRun(&w, u) {
+					continue
+				}
+			case sendCtrl, sendSECtrl:
+				if rx.sendRun(&w, u) {
+					continue
+				}
+			}
+		}
+		rx.leaveRun(&w)
+		if err != nil {
+			ti, _ := rx.readerErr(err) // ErrBadCRC: a Terminate, no error
+			return n, ti
+		}
+		ti := rx.whole(u)
+		rx.dropRefs()
+		if ti != nil {
+			return n, ti
+		}
+	}
+	rx.leaveRun(&w)
+	return n, nil
+}
+
+// runRegion is the region a run is placing into (wholeRun): the region
+// entered, its STag word when it was entered and the mapping that word
+// names, and which placements MR.check and MR.checkLocal allow into it
+// for this QP whatever their bounds: remote writes (Writes) and local
+// writes (receives).
+type runRegion struct {
+	mr            *MR
+	want          uint64
+	buf           []byte // the mapping's: buf, base and parent
+	base          uint64
+	parent        *MR
+	remote, local bool
+}
+
+// The RDMAP control bytes of the messages a run takes: RDMA Write, Send
+// and Send with Solicited Event.
+var (
+	writeCtrl  = wire.ControlByte(wire.Version1, wire.OpWrite)
+	sendCtrl   = wire.ControlByte(wire.Version1, wire.OpSend)
+	sendSECtrl = wire.ControlByte(wire.Version1, wire.OpSendSE)
+)
+
+// enterRun enters mr for a run (wholeRun) that is in no region yet: its
+// STag word valid, and what it allows looked up.
+func (rx *rxEngine) enterRun(w *runRegion, mr *MR) bool {
+	if w.mr != nil {
+		return false
+	}
+	want := mr.st.Load()
+	b := mr.bind.Load()
+	if want&mrValid == 0 || b == nil {
+		return false
+	}
+	qp := rx.qp
+	remote := mr.pd == qp.pd && (b.qp == nil || b.qp == qp) && b.access&AccessRemoteWrite == AccessRemoteWrite
+	local := mr.pd == qp.pdForRecv() && !mr.kind.window() && b.access&AccessLocalWrite == AccessLocalWrite
+	if !remote && !local || !rx.enterPlace(mr, want) {
+		return false
+	}
+	*w = runRegion{mr: mr, want: want, buf: b.buf, base: b.base, parent: b.parent, remote: remote, local: local}
+	return true
+}
+
+// leaveRun leaves the region the run entered, if any.
+func (rx *rxEngine) leaveRun(w *runRegion) {
+	if w.mr != nil {
+		rx.leavePlace(w.mr)
+		*w = runRegion{}
+	}
+}
+
+// runBytes returns the n bytes at tagged offset to of the run's region,
+// as mrBinding.slice would (false: out of bounds), once its STag word
+// is still the one it was entered with (that of the mapping the run
+// looked up) and, for a window, its parent region valid.
+func (w *runRegion) runBytes(to uint64, n int) ([]byte, bool) {
+	if w.mr.st.Load() != w.want || w.parent != nil && w.parent.st.Load()&mrValid == 0 {
+		return nil, false
+	}
+	off := to - w.base
+	if to < w.base || off > uint64(len(w.buf)) || uint64(n) > uint64(len(w.buf))-off {
+		return nil, false
+	}
+	return w.buf[off : off+uint64(n)], true
+}
+
+// runHeader records the header of an FPDU a run received as begin does:
+// ULPDU u, DDP header length hl, the rest of rx.cur set by the caller.
+func (rx *rxEngine) runHeader(u []byte, hl int) {
+	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(len(u)))
+	if d := rx.cur.hdr[mpa.LengthFieldLen:]; hl == ddp.TaggedHeaderLen {
+		*(*[ddp.TaggedHeaderLen]byte)(d) = [ddp.TaggedHeaderLen]byte(u)
+	} else { // as begin copies it, without a call
+		*(*[16]byte)(d) = [16]byte(u)
+		d[16], d[17] = u[16], u[17]
+	}
+	prev := rx.cur.hdrLen
+	rx.cur.hdrLen = mpa.LengthFieldLen + hl
+	if prev > rx.cur.hdrLen {
+		clear(rx.cur.hdr[rx.cur.hdrLen:prev])
+	}
+	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen = len(u), hl, len(u)-hl
+	rx.counts.copied += uint64(len(u) - hl)
+	rx.counts.fpdus++
+	rx.counts.bytes += uint64(mpa.FPDULen(len(u)))
+}
+
+// writeRun receives the Write segment with ULPDU u (taken whole, its CRC
+// checked; its control byte the Write's) in the run's region w, entering
+// it first if w has none, when the segment is what whole would accept
+// and place there: a tagged, DDP version 1 header, a non-empty payload,
+// the region the segment's message places into (the message in
+// progress, or the region the last Write found, referenced and with its
+// STag word unchanged: what CheckRegion would look up and take), its
+// access (as MR.check checks it, against the mapping the unchanged word
+// names) and the DDP rules (ddp.TaggedSink.Continue). It then leaves the
+// engine as whole would have: the FPDU's header and counters, the DDP
+// state, the message's reference and the payload placed. It reports
+// false, having changed nothing but the region entered, otherwise: the
+// caller receives the FPDU through whole.
+func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
+	if len(u) <= ddp.TaggedHeaderLen || u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.FlagTagged|ddp.Version1 {
+		return false
+	}
+	h := ddp.Header(u[:ddp.TaggedHeaderLen])
+	stag, plen := h.STag(), len(u)-ddp.TaggedHeaderLen
+	active := rx.tagged.Active()
+	mr := rx.lastMR
+	if active {
+		if rx.taggedOp != wire.OpWrite {
+			return false
+		}
+		mr = rx.writeMR
+	} else if rx.held != mr || STag(uint32(rx.lastWord)) != stag {
+		return false
+	}
+	if mr == nil || w.mr != mr && !rx.enterRun(w, mr) || !w.remote || STag(uint32(w.want)) != stag || !active && rx.lastWord != w.want {
+		return false
+	}
+	dst, ok := w.runBytes(h.TO(), plen)
+	if !ok || !rx.tagged.Continue(h, plen) {
+		return false
+	}
+	// The segment is in the message (as after Segment), its region
+	// taken for it (takeRef's reference, as CheckRegion takes it); then
+	// the payload, then what begin and end would have left.
+	rx.taggedOp = wire.OpWrite
+	if !active {
+		rx.held, rx.writeMR = nil, mr
+	}
+	copy(dst, u[ddp.TaggedHeaderLen:])
+	rx.runHeader(u, ddp.TaggedHeaderLen)
+	rx.cur.op, rx.cur.last = wire.OpWrite, h.Last()
+	rx.tagged.Placed(rx.cur.last)
+	if rx.cur.last {
+		rx.dropRef(mr)
+		rx.writeMR = nil
+	}
+	return true
+}
+
+// sendRun receives the Send with ULPDU u (taken whole, its CRC checked;
+// its control byte a Send's or a Send with Solicited Event's) in the
+// run's region w, entering it first if w has none, when it is what whole
+// would accept and place there: an untagged, DDP version 1 header, a
+// message of one segment (ddp.UntaggedSink.Message) with a non-empty
+// payload, and the next receive posted on the QP's own RQ (no SRQ) of
+// one SGE, in that region (referenced: what addRef would take), with
+// room for it and local write access (as MR.checkLocal checks it). It
+// then leaves the engine as whole would have: the FPDU's header and
+// counters, the DDP state, the receive taken and its completion
+// gathered (pushRecv), the payload placed. It reports false, having
+// changed nothing but the region entered, otherwise: the caller receives
+// the FPDU through whole.
+func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
+	qp := rx.qp
+	if len(u) <= ddp.UntaggedHeaderLen || u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.Version1 || qp.srq != nil || rx.rqTaken == rx.rqAvail {
+		return false
+	}
+	h := ddp.Header(u[:ddp.UntaggedHeaderLen])
+	plen := len(u) - ddp.UntaggedHeaderLen
+	e := qp.rq.at(rx.rqTaken)
+	mr := e.sge.MR
+	if e.nsge != 1 || mr == nil || rx.held != mr || w.mr != mr && !rx.enterRun(w, mr) || !w.local {
+		return false
+	}
+	length := uint64(e.sge.Length)
+	dst, ok := w.runBytes(e.sge.Offset, plen)
+	if !ok || !rx.untagged.Message(h, wire.QNSend, plen, length) {
+		return false
+	}
+	// The payload first: should the copy fault (guardRx), the receive
+	// is still posted, to be flushed, and the FPDU not counted. Then
+	// what begin, TakeBuffer, beginSend, end and completeRecv would have
+	// left. The receive's completion is gathered last: should it fill
+	// the batch, the batch goes into the CQ outside the region.
+	copy(dst, u[ddp.UntaggedHeaderLen:])
+	id := e.id
+	e.sge.MR = nil // takeAt's: the RQ holds no reference
+	rx.rqTaken++
+	rx.untagged.Delivered(h, wire.QNSend, plen, length)
+	op := wire.OpSend
+	if u[1] == sendSECtrl {
+		op = wire.OpSendSE
+	}
+	rx.runHeader(u, ddp.UntaggedHeaderLen)
+	rx.cur.op, rx.cur.last = op, true
+	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
+	rx.recvInv = STag(h.RsvdULP32())
+	wc := &rx.wcs[rx.nwcs]
+	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: qp.qpn}
+	if op == wire.OpSendSE {
+		wc.Flags = WCSolicited
+	}
+	if rx.nwcs+1 == len(rx.wcs) {
+		rx.leaveRun(w)
+	}
+	rx.gathered()
+	return true
 }
 
 // whole receives an FPDU the reader had buffered whole (mpa.Reader.Whole;
