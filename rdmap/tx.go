@@ -1044,47 +1044,73 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // job on that are one FPDU each with one piece of payload: a Send or
 // Write of inline data or one SGE whose message is one DDP segment, the
 // small message, framed as txEmitData frames it without its per-segment
-// steps (one AddFPDU each, the engine's cursor moved once at the end).
-// It stops at the first other job (left to txEmit) and reports false
-// when the batch is full.
+// steps: the FPDUs go into one mpa.Run, the DDP header and the payload
+// written straight into each, and the engine's cursor moves once at the
+// end. It stops at the first other job (left to txEmit) and reports
+// false when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
 	if t.job != jobSQ || t.msgOff != 0 {
 		return true
 	}
-	e, idx := t.wr, t.wrIdx
+	e, idx, end := t.wr, t.wrIdx, t.runEnd
 	full := false
+	run := t.w.BeginRun()
 	for !qp.broken.Load() {
-		op, data := wire.OpWrite, true
+		hlen := 0
 		switch e.op {
 		case WRWrite:
+			hlen = ddp.TaggedHeaderLen
 		case WRSend, WRSendInv:
-			op = sendOpcode(e)
-		default:
-			data = false
+			hlen = ddp.UntaggedHeaderLen
 		}
-		if !data || (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-dataHeaderLen(op) {
+		n := int(e.length)
+		if hlen == 0 || (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
 			break // not a small message: txEmit's
 		}
 		// The job's cursor is at the start of every message here (msgOff
-		// and sgeOff 0), so dataHeader frames e as its first segment.
-		if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, int(e.length))) {
-			full = true
-			break
-		}
-		if e.op != WRWrite {
-			t.msn[wire.QNSend]++
+		// and sgeOff 0): e is framed as its first and last segment.
+		if b := run.Next(hlen + n); b != nil {
+			if hlen == ddp.TaggedHeaderLen {
+				ddp.PutTagged(b, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
+					STag: e.remote.STag, TO: e.remote.Offset})
+			} else {
+				ddp.PutUntagged(b, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, sendOpcode(e)),
+					RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend]})
+				t.msn[wire.QNSend]++
+			}
+			copy(b[hlen:], qp.onePiece(e, idx, 0, n))
+		} else {
+			// Not one for a run (a payload the Writer does not copy,
+			// markers) or no room left: the general call frames it or
+			// tells a full batch.
+			t.w.EndRun(&run)
+			op := wire.OpWrite
+			if e.op != WRWrite {
+				op = sendOpcode(e)
+			}
+			if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, n)) {
+				full = true
+				break
+			}
+			if op != wire.OpWrite {
+				t.msn[wire.QNSend]++
+			}
+			run = t.w.BeginRun()
 		}
 		idx++
-		if idx == t.runEnd {
-			// The run is queued (finishWR's end of a run).
-			t.queuedUpTo = idx
-			t.job, t.wr = jobNone, nil
-			return true
+		if idx == end {
+			break
 		}
 		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
-	if idx != t.wrIdx {
+	t.w.EndRun(&run)
+	switch {
+	case idx == end:
+		// The run is queued (finishWR's end of a run).
+		t.queuedUpTo = idx
+		t.job, t.wr = jobNone, nil
+	case idx != t.wrIdx:
 		t.queuedUpTo = idx
 		t.startJob(e, idx)
 	}
