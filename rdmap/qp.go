@@ -870,6 +870,16 @@ func (qp *QP) PostSend(wr SendWR) error {
 //
 // +checklocks:qp.sqMu
 func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
+	if validFast(wr) {
+		// The common request, a Send or Write of one SGE: no side
+		// arrays to fill.
+		e := qp.sq.push()
+		s := &wr.SGL[0]
+		e.id, e.length, e.invSTag, e.remote, e.sge0 = wr.ID, s.Length, wr.InvalidateSTag, wr.Remote, *s
+		e.op, e.nsge, e.state, e.status = wr.Op, 1, sqPosted, WCSuccess
+		e.signaled, e.solicited, e.fence, e.inline = wr.Signaled || qp.cfg.SignalAll, wr.Solicited, wr.Fence, false
+		return e
+	}
 	slot := qp.sq.slot(qp.sq.tail)
 	e := qp.sq.push()
 	e.id, e.op = wr.ID, wr.Op
