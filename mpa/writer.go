@@ -76,8 +76,9 @@ type WriterConfig struct {
 // system call, with the markers of RFC 5044 §4.3 every 512 octets of the
 // stream when configured. A batch is filled FPDU by FPDU: Room, Begin,
 // Payload (any number of pieces), End, or for an FPDU whose payload is
-// one piece AddFPDU (Room and all of it in one call, the small-message
-// path); Flush writes it. Its two modes, fixed by WriterConfig.CRC:
+// one piece AddFPDU (Room and all of it in one call), or for a stretch of
+// small FPDUs a Run (BeginRun, Next for each, EndRun: the small-message
+// path, the caller filling each ULPDU in place); Flush writes it. Its two modes, fixed by WriterConfig.CRC:
 //
 // Without CRC (zero copy) the batch is a list of iovecs for one writev
 // (net.Buffers): ULPDU_Length, headers and markers from the scratch

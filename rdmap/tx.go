@@ -1055,7 +1055,10 @@ func (qp *QP) txEmitSmall() bool {
 	}
 	e, idx, end := t.wr, t.wrIdx, t.runEnd
 	full := false
-	run := t.w.BeginRun()
+	// The Run opens at the first small message (BeginRun takes the
+	// batch's arena or buffer: a job that sends nothing must not).
+	var run mpa.Run
+	open := false
 	for !qp.broken.Load() {
 		hlen := 0
 		switch e.op {
@@ -1070,6 +1073,9 @@ func (qp *QP) txEmitSmall() bool {
 		}
 		// The job's cursor is at the start of every message here (msgOff
 		// and sgeOff 0): e is framed as its first and last segment.
+		if !open {
+			run, open = t.w.BeginRun(), true
+		}
 		if b := run.Next(hlen + n); b != nil {
 			if hlen == ddp.TaggedHeaderLen {
 				ddp.PutTagged(b, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
@@ -1085,6 +1091,7 @@ func (qp *QP) txEmitSmall() bool {
 			// markers) or no room left: the general call frames it or
 			// tells a full batch.
 			t.w.EndRun(&run)
+			open = false
 			op := wire.OpWrite
 			if e.op != WRWrite {
 				op = sendOpcode(e)
@@ -1096,7 +1103,6 @@ func (qp *QP) txEmitSmall() bool {
 			if op != wire.OpWrite {
 				t.msn[wire.QNSend]++
 			}
-			run = t.w.BeginRun()
 		}
 		idx++
 		if idx == end {
