@@ -435,8 +435,8 @@ func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 // nor that the batch is full: the caller ends the run and adds the FPDU
 // with AddFPDU, which tells.
 type Run struct {
-	buf   []byte // the free space of the batch the run fills
-	n     int    // bytes of buf taken
+	free  []byte // the free space of the batch the run fills, from its next FPDU on
+	size  int    // the length of free at BeginRun
 	fpdus int    // FPDUs taken
 	max   int    // the longest ULPDU the run takes
 }
@@ -444,6 +444,7 @@ type Run struct {
 // BeginRun opens a run on the batch's free space. A batch's first run
 // borrows the batch's arena or buffer, as Begin would.
 func (w *Writer) BeginRun() Run {
+	var free []byte
 	switch {
 	case w.join:
 		if w.scratch == nil || w.iovp == nil {
@@ -453,12 +454,13 @@ func (w *Writer) BeginRun() Run {
 		if s != w.scrEnd && len(w.iov) >= WriterMaxIOV {
 			return Run{} // the run would take one more iovec
 		}
-		return Run{buf: w.scratch[s:min(cap(w.scratch), s+max(0, WriterMaxBytes-w.batchBytes))],
-			max: w.maxHeader + writerCopyLen}
+		free = w.scratch[s:min(cap(w.scratch), s+max(0, WriterMaxBytes-w.batchBytes))]
+		return Run{free: free, size: len(free), max: w.maxHeader + writerCopyLen}
 	case w.crc && !w.markers:
 		w.takeBuf()
 		s := len(w.batch)
-		return Run{buf: w.batch[s:min(cap(w.batch), s+max(0, WriterMaxBytes-w.batchBytes))], max: copyChunk}
+		free = w.batch[s:min(cap(w.batch), s+max(0, WriterMaxBytes-w.batchBytes))]
+		return Run{free: free, size: len(free), max: copyChunk}
 	}
 	return Run{}
 }
@@ -469,11 +471,11 @@ func (w *Writer) BeginRun() Run {
 // the run cannot take it (see Run).
 func (r *Run) Next(ulen int) []byte {
 	n := FPDULen(ulen)
-	if ulen > r.max || n > len(r.buf)-r.n {
+	if ulen > r.max || n > len(r.free) {
 		return nil
 	}
-	b := r.buf[r.n : r.n+n]
-	r.n += n
+	b := r.free[:n]
+	r.free = r.free[n:]
 	r.fpdus++
 	// Pad and the CRC field, 4 to 7 bytes, in one word of 8 (an FPDU
 	// has at least 8 bytes) that may reach back into the ULPDU, which
@@ -490,7 +492,7 @@ func (r *Run) FPDUs() int { return r.fpdus }
 // computes the CRC of each over its bytes in the batch buffer. r is
 // empty afterwards.
 func (w *Writer) EndRun(r *Run) {
-	n := r.n
+	n := r.size - len(r.free)
 	if n == 0 {
 		return
 	}
@@ -501,7 +503,7 @@ func (w *Writer) EndRun(r *Run) {
 		w.putScratch(s)
 	} else {
 		// The run's FPDUs, walked by their length fields.
-		for b := r.buf[:n]; len(b) > 0; {
+		for b := w.batch[len(w.batch) : len(w.batch)+n]; len(b) > 0; {
 			ulen := int(binary.BigEndian.Uint16(b))
 			c := LengthFieldLen + ulen + PadLen(ulen)                 // the bytes the CRC covers
 			binary.LittleEndian.PutUint32(b[c:], UpdateCRC(0, b[:c])) // PutCRC's order

@@ -715,6 +715,8 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	// Under sqMu the ORQ does not change (only this engine adds to it,
 	// and a run adds nothing), nor does the SQ's tail.
 	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
+	var lastMR *MR // the region of the last one-SGE request checked, its mapping lastBind
+	var lastBind *mrBinding
 	for next != end && bytes < txRunBytes {
 		e := qp.sq.at(next)
 		if !runOp(e.op) || (e.fence && !orqEmpty) { // sqRunnableLocked's rule for run ops
@@ -723,8 +725,17 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 		if e.nsge == 1 && !e.inline {
 			// The common request, one SGE: txCheckLocked and
 			// txRefsLocked in line, and takeRef's shared reference.
+			// Requests from one region share its check (localBinding):
+			// the run is started at one moment, under sqMu.
 			s := &e.sge0
-			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK {
+			if s.MR != lastMR {
+				b, ae := s.MR.localBinding(qp.pd)
+				if ae != accessOK {
+					break // as below
+				}
+				lastMR, lastBind = s.MR, b
+			}
+			if _, ae := lastBind.slice(0, s.Offset, uint64(s.Length)); ae != accessOK {
 				break // as below
 			}
 			if k := len(t.refs); k > t.refsHead && t.refs[k-1].mr == s.MR {
@@ -1085,7 +1096,11 @@ func (qp *QP) txEmitSmall() bool {
 					RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend]})
 				t.msn[wire.QNSend]++
 			}
-			copy(b[hlen:], qp.onePiece(e, idx, 0, n))
+			if e.inline {
+				copy(b[hlen:], qp.onePiece(e, idx, 0, n))
+			} else {
+				copy(b[hlen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n))) // onePiece's SGE case, in line
+			}
 		} else {
 			// Not one for a run (a payload the Writer does not copy,
 			// markers) or no room left: the general call frames it or
