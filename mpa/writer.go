@@ -76,9 +76,10 @@ type WriterConfig struct {
 // system call, with the markers of RFC 5044 §4.3 every 512 octets of the
 // stream when configured. A batch is filled FPDU by FPDU: Room, Begin,
 // Payload (any number of pieces), End, or for an FPDU whose payload is
-// one piece AddFPDU (Room and all of it in one call), or for a stretch of
-// small FPDUs a Run (BeginRun, Next for each, EndRun: the small-message
-// path, the caller filling each ULPDU in place); Flush writes it. Its two modes, fixed by WriterConfig.CRC:
+// one piece AddFPDU (Room and all of it in one call), or for a stretch
+// of small FPDUs a Run (BeginRun, Next for each, EndRun: the
+// small-message path, the caller filling each ULPDU in place); Flush
+// writes it. Its two modes, fixed by WriterConfig.CRC:
 //
 // Without CRC (zero copy) the batch is a list of iovecs for one writev
 // (net.Buffers): ULPDU_Length, headers and markers from the scratch
@@ -86,7 +87,8 @@ type WriterConfig struct {
 // field from a constant (with markers) or the arena (without). Nothing
 // but the headers is copied, except that without markers a payload
 // piece of at most WriterCopyLen bytes is copied into the arena beside
-// its header, while the arena has room; pieces of the arena that follow
+// its header (in a Run, or by AddFPDU, the payload of a ULPDU of at most
+// MaxHeader+WriterCopyLen bytes), while the arena has room; pieces of the arena that follow
 // each other there go out as one iovec, so a batch of small FPDUs is
 // one iovec instead of three or four per FPDU (the kernel walks iovecs
 // one by one). The payload slices must stay valid until Flush returns;
@@ -428,8 +430,8 @@ func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 // caller makes no other call on the Writer.
 //
 // A run holds FPDUs whose ULPDU is small: without CRC at most
-// WriterCopyLen bytes of payload after a header of MaxHeader, placed in
-// the scratch arena (one iovec for the run, joined to the arena's open
+// MaxHeader+WriterCopyLen bytes (a header and a payload the Writer would
+// copy beside it), placed in the scratch arena (one iovec for the run, joined to the arena's open
 // one); with CRC at most 8 KiB, in the batch buffer. With markers a run
 // takes none. Next refusing an FPDU tells neither that it is not small
 // nor that the batch is full: the caller ends the run and adds the FPDU
@@ -516,41 +518,27 @@ func (w *Writer) EndRun(r *Run) {
 	*r = Run{}
 }
 
-// reserveCopy adds to the batch buffer a whole FPDU of a ULPDU of ulen
-// bytes (the caller made sure of the room) with its length field and
-// pad, and returns the ULPDU to fill; sealCopy then writes its CRC. The
-// batch's bookkeeping is done here, so that only the FPDU's bytes are
-// live across the caller's copy and the CRC.
-func (w *Writer) reserveCopy(ulen int) []byte {
+// copyFPDU copies a whole FPDU into the batch buffer at once (the caller
+// made sure of the room) and computes the CRC over that copy. The batch's
+// bookkeeping comes first, so that only the FPDU's bytes are live across
+// the copy and the CRC.
+func (w *Writer) copyFPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
 	s := len(w.batch)
-	n := FPDULen(ulen)
-	b := w.batch[s : s+n]
-	w.batch = w.batch[:s+n]
+	c := LengthFieldLen + ulen + PadLen(ulen) // the bytes the CRC covers
+	b := w.batch[s : s+c+CRCLen]
+	w.batch = w.batch[:s+c+CRCLen]
 	w.fpduStart, w.ulpduLen = w.pos, ulen
-	w.pos += uint64(n)
-	w.batchBytes += n
+	w.pos += uint64(c + CRCLen)
+	w.batchBytes += c + CRCLen
 	w.fpdus++
 	binary.BigEndian.PutUint16(b, uint16(ulen))
+	putHeader(b[LengthFieldLen:], hdr)
 	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
-	return b[LengthFieldLen : LengthFieldLen+ulen]
-}
-
-// sealCopy computes the CRC of the batch buffer's last FPDU, which
-// reserveCopy added, over its bytes there, and writes it.
-func (w *Writer) sealCopy() {
-	e := len(w.batch) - CRCLen
-	s := e - (LengthFieldLen + w.ulpduLen + PadLen(w.ulpduLen)) // the bytes the CRC covers
-	b := w.batch[s : e+CRCLen]
-	binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], UpdateCRC(0, b[:len(b)-CRCLen])) // PutCRC's order
-}
-
-// copyFPDU copies a whole FPDU into the batch buffer at once (the caller
-// made sure of the room) and computes the CRC over that copy.
-func (w *Writer) copyFPDU(hdr, payload []byte) {
-	b := w.reserveCopy(len(hdr) + len(payload))
-	putHeader(b, hdr)
-	copy(b[len(hdr):], payload)
-	w.sealCopy()
+	copy(b[LengthFieldLen+len(hdr):], payload)
+	crc := UpdateCRC(0, b[:c])
+	binary.LittleEndian.PutUint32(b[c:], crc) // PutCRC's order
+	w.fpduCRC = crc
 }
 
 // putHeader copies hdr to the start of b (which has room for it): the

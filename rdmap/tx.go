@@ -1071,12 +1071,13 @@ func (qp *QP) txEmitSmall() bool {
 	var run mpa.Run
 	open := false
 	for !qp.broken.Load() {
-		hlen := 0
+		op, hlen := wire.OpWrite, ddp.TaggedHeaderLen // dataHeaderLen(op), set with op
 		switch e.op {
 		case WRWrite:
-			hlen = ddp.TaggedHeaderLen
 		case WRSend, WRSendInv:
-			hlen = ddp.UntaggedHeaderLen
+			op, hlen = sendOpcode(e), ddp.UntaggedHeaderLen
+		default:
+			hlen = 0 // not a data message
 		}
 		n := int(e.length)
 		if hlen == 0 || (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
@@ -1088,13 +1089,12 @@ func (qp *QP) txEmitSmall() bool {
 			run, open = t.w.BeginRun(), true
 		}
 		if b := run.Next(hlen + n); b != nil {
-			if hlen == ddp.TaggedHeaderLen {
-				ddp.PutTagged(b, &ddp.TaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
-					STag: e.remote.STag, TO: e.remote.Offset})
+			if op == wire.OpWrite {
+				f := t.writeFields(e, true)
+				ddp.PutTagged(b, &f)
 			} else {
-				ddp.PutUntagged(b, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, sendOpcode(e)),
-					RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend]})
-				t.msn[wire.QNSend]++
+				f := t.sendFields(e, op, true)
+				ddp.PutUntagged(b, &f)
 			}
 			if e.inline {
 				copy(b[hlen:], qp.onePiece(e, idx, 0, n))
@@ -1107,17 +1107,13 @@ func (qp *QP) txEmitSmall() bool {
 			// tells a full batch.
 			t.w.EndRun(&run)
 			open = false
-			op := wire.OpWrite
-			if e.op != WRWrite {
-				op = sendOpcode(e)
-			}
 			if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, n)) {
 				full = true
 				break
 			}
-			if op != wire.OpWrite {
-				t.msn[wire.QNSend]++
-			}
+		}
+		if op != wire.OpWrite {
+			t.msn[wire.QNSend]++
 		}
 		idx++
 		if idx == end {
@@ -1148,19 +1144,30 @@ func dataHeaderLen(op wire.Opcode) int {
 }
 
 // dataHeader builds, in t.hdr, the DDP header of the job's next segment
-// (at message offset msgOff) of a Write (tagged, to the request's remote
-// buffer) or a Send (untagged, QN 0, the next MSN).
+// of a Write or a Send (writeFields, sendFields).
 func (t *txEngine) dataHeader(e *sqEntry, op wire.Opcode, last bool) []byte {
-	ctl := wire.ControlByte(wire.Version1, op)
 	if op == wire.OpWrite {
-		h := t.hdr[:ddp.TaggedHeaderLen]
-		ddp.PutTagged(h, &ddp.TaggedFields{Last: last, RsvdULP: ctl, STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff)})
+		h, f := t.hdr[:ddp.TaggedHeaderLen], t.writeFields(e, last)
+		ddp.PutTagged(h, &f)
 		return h
 	}
-	h := t.hdr[:ddp.UntaggedHeaderLen]
-	ddp.PutUntagged(h, &ddp.UntaggedFields{Last: last, RsvdULP: ctl, RsvdULP32: uint32(e.invSTag),
-		QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff})
+	h, f := t.hdr[:ddp.UntaggedHeaderLen], t.sendFields(e, op, last)
+	ddp.PutUntagged(h, &f)
 	return h
+}
+
+// writeFields returns the tagged DDP header of the job's next segment
+// of a Write e: at message offset msgOff of the request's remote buffer.
+func (t *txEngine) writeFields(e *sqEntry, last bool) ddp.TaggedFields {
+	return ddp.TaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
+		STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff)}
+}
+
+// sendFields returns the untagged DDP header of the job's next segment
+// of a Send e of opcode op: QN 0, the next MSN, MO msgOff.
+func (t *txEngine) sendFields(e *sqEntry, op wire.Opcode, last bool) ddp.UntaggedFields {
+	return ddp.UntaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, op),
+		RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff}
 }
 
 // txPiece returns the next n payload bytes of the job e whose payload is
