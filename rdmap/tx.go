@@ -717,6 +717,7 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
 	var lastMR *MR // the region of the last one-SGE request checked, its mapping lastBind
 	var lastBind *mrBinding
+	var last *txRef // the last reference, once this run has taken or shared it
 	for next != end && bytes < txRunBytes {
 		e := qp.sq.at(next)
 		if !runOp(e.op) || (e.fence && !orqEmpty) { // sqRunnableLocked's rule for run ops
@@ -724,9 +725,9 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 		}
 		if e.nsge == 1 && !e.inline {
 			// The common request, one SGE: txCheckLocked and
-			// txRefsLocked in line, and takeRef's shared reference.
-			// Requests from one region share its check (localBinding):
-			// the run is started at one moment, under sqMu.
+			// txRefsLocked in line. Requests from one region share its
+			// check (localBinding: the run is started at one moment,
+			// under sqMu) and the reference takeRef shares, kept at hand.
 			s := &e.sge0
 			if s.MR != lastMR {
 				b, ae := s.MR.localBinding(qp.pd)
@@ -738,17 +739,22 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 			if _, ae := lastBind.slice(0, s.Offset, uint64(s.Length)); ae != accessOK {
 				break // as below
 			}
-			if k := len(t.refs); k > t.refsHead && t.refs[k-1].mr == s.MR {
-				t.refs[k-1].upTo = next + 1
-			} else if !t.takeRef(s.MR, next) {
+			if last == nil || last.mr != s.MR {
+				if !t.takeRef(s.MR, next) { // shares the last reference or takes one
+					break
+				}
+				last = &t.refs[len(t.refs)-1] // takeRef may have moved the list
+			}
+			last.upTo = next + 1
+		} else {
+			last = nil // txRefsLocked may add to the list or move it
+			if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
+				// Started first in the next run, it fails there, once the
+				// requests before it are queued. References the refused
+				// start took are shared with it (upTo next+1) and drop as
+				// theirs do.
 				break
 			}
-		} else if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
-			// Started first in the next run, it fails there, once the
-			// requests before it are queued. References the refused
-			// start took are shared with it (upTo next+1) and drop as
-			// theirs do.
-			break
 		}
 		e.state = sqActive
 		next++
