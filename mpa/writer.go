@@ -76,8 +76,10 @@ type WriterConfig struct {
 // system call, with the markers of RFC 5044 §4.3 every 512 octets of the
 // stream when configured. A batch is filled FPDU by FPDU: Room, Begin,
 // Payload (any number of pieces), End, or for an FPDU whose payload is
-// one piece AddFPDU (Room and all of it in one call, the small-message
-// path); Flush writes it. Its two modes, fixed by WriterConfig.CRC:
+// one piece AddFPDU (Room and all of it in one call), or for a stretch
+// of small FPDUs a Run (BeginRun, Next for each, EndRun: the
+// small-message path, the caller filling each ULPDU in place); Flush
+// writes it. Its two modes, fixed by WriterConfig.CRC:
 //
 // Without CRC (zero copy) the batch is a list of iovecs for one writev
 // (net.Buffers): ULPDU_Length, headers and markers from the scratch
@@ -85,7 +87,8 @@ type WriterConfig struct {
 // field from a constant (with markers) or the arena (without). Nothing
 // but the headers is copied, except that without markers a payload
 // piece of at most WriterCopyLen bytes is copied into the arena beside
-// its header, while the arena has room; pieces of the arena that follow
+// its header (in a Run, or by AddFPDU, the payload of a ULPDU of at most
+// MaxHeader+WriterCopyLen bytes), while the arena has room; pieces of the arena that follow
 // each other there go out as one iovec, so a batch of small FPDUs is
 // one iovec instead of three or four per FPDU (the kernel walks iovecs
 // one by one). The payload slices must stay valid until Flush returns;
@@ -396,58 +399,123 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 // batch is as it was, and the caller flushes it and adds the FPDU to the
 // next one (an empty batch has room for any FPDU Room accepts there).
 // It is Room(len(hdr)+len(payload), 1) and FPDU in one call, except that
-// a small FPDU (without markers: with CRC a ULPDU of at most 8 KiB,
-// without a payload of at most WriterCopyLen bytes) is measured by the
-// bytes it takes rather than by Room's bound for any FPDU: the
-// small-message path, one call and one copy of the whole FPDU per
-// message (the first of a batch borrows the batch's arena or buffer, as
-// Begin would). hdr must be at most MaxHeader bytes long.
+// a small FPDU (one a Run takes) is measured by the bytes it takes
+// rather than by Room's bound for any FPDU. hdr must be at most
+// MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
-	// Exactly what a small FPDU takes: length field, ULPDU, pad, CRC
-	// field (the pad and the CRC are written as two words of 4). A
-	// batch's first small FPDU borrows the scratch arena (iovp) or the
-	// batch buffer (buf).
-	ulen := len(hdr) + len(payload)
-	need := LengthFieldLen + ulen + PadLen(ulen) + CRCLen
-	switch {
-	case w.join:
-		if w.scratch == nil && len(payload) <= writerCopyLen && len(hdr) <= w.maxHeader {
-			w.borrow() // a batch's first FPDU (every direct send): a pooled arena has room
-		}
-		if w.iovp != nil && len(payload) <= writerCopyLen && len(w.scratch)+need <= cap(w.scratch) &&
-			len(w.iov) < WriterMaxIOV && w.batchBytes+ulen <= WriterMaxBytes {
-			// Written in place, one slice of scratch; the payload is
-			// copied last, so that nothing is live across the copy.
-			s := len(w.scratch)
-			e := s + need
-			w.fpduStart, w.fpduCRC, w.ulpduLen = w.pos, 0, ulen
-			b := w.scratch[s:e]
-			w.scratch = w.scratch[:e]
-			w.putScratch(s)
-			w.fpdus++
-			binary.BigEndian.PutUint16(b, uint16(ulen))
-			// Pad and the zero CRC field, 4 to 7 bytes: two
-			// overlapping words.
-			binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0)
-			binary.LittleEndian.PutUint32(b[len(b)-CRCLen:], 0)
-			putHeader(b[LengthFieldLen:], hdr)
-			copy(b[LengthFieldLen+len(hdr):], payload)
+	if len(hdr) <= w.maxHeader {
+		r := w.BeginRun()
+		if b := r.Next(len(hdr) + len(payload)); b != nil {
+			putHeader(b, hdr)
+			copy(b[len(hdr):], payload)
+			w.EndRun(&r)
 			return true
 		}
-	case w.crc && !w.markers:
-		if w.buf == nil && ulen <= copyChunk {
-			w.takeBuf() // a batch's first FPDU: the buffer has room
-		}
-		if w.buf != nil && ulen <= copyChunk && len(w.batch)+need <= cap(w.batch) && w.batchBytes+ulen <= WriterMaxBytes {
-			w.copyFPDU(hdr, payload)
-			return true
-		}
+		w.EndRun(&r)
 	}
-	if !w.Room(ulen, 1) {
+	if !w.Room(len(hdr)+len(payload), 1) {
 		return false
 	}
 	w.FPDU(hdr, payload)
 	return true
+}
+
+// Run is a stretch of whole small FPDUs added to a Writer's batch in one
+// pass, the small-message path: BeginRun opens it on the free space of
+// the batch, Next lays out each FPDU there (its length field, pad and
+// CRC field) and returns its ULPDU, which the caller fills, header and
+// payload, with one copy of each, and EndRun adds them all to the batch
+// at once (with CRC computing each FPDU's CRC over its bytes there, so
+// that the CRC covers the bytes sent). Between BeginRun and EndRun the
+// caller makes no other call on the Writer.
+//
+// A run holds FPDUs whose ULPDU is small: without CRC at most
+// MaxHeader+WriterCopyLen bytes (a header and a payload the Writer would
+// copy beside it), placed in the scratch arena (one iovec for the run, joined to the arena's open
+// one); with CRC at most 8 KiB, in the batch buffer. With markers a run
+// takes none. Next refusing an FPDU tells neither that it is not small
+// nor that the batch is full: the caller ends the run and adds the FPDU
+// with AddFPDU, which tells.
+type Run struct {
+	free  []byte // the free space of the batch the run fills, from its next FPDU on
+	size  int    // the length of free at BeginRun
+	fpdus int    // FPDUs taken
+	max   int    // the longest ULPDU the run takes
+}
+
+// BeginRun opens a run on the batch's free space. A batch's first run
+// borrows the batch's arena or buffer, as Begin would.
+func (w *Writer) BeginRun() Run {
+	var free []byte
+	switch {
+	case w.join:
+		if w.scratch == nil || w.iovp == nil {
+			w.borrow() // a batch's first FPDU (every direct send): a pooled arena has room
+		}
+		s := len(w.scratch)
+		if s != w.scrEnd && len(w.iov) >= WriterMaxIOV {
+			return Run{} // the run would take one more iovec
+		}
+		free = w.scratch[s:min(cap(w.scratch), s+max(0, WriterMaxBytes-w.batchBytes))]
+		return Run{free: free, size: len(free), max: w.maxHeader + writerCopyLen}
+	case w.crc && !w.markers:
+		w.takeBuf()
+		s := len(w.batch)
+		free = w.batch[s:min(cap(w.batch), s+max(0, WriterMaxBytes-w.batchBytes))]
+		return Run{free: free, size: len(free), max: copyChunk}
+	}
+	return Run{}
+}
+
+// Next lays out, after the run's FPDUs, a whole FPDU with a ULPDU of
+// ulen bytes (its length field, its pad and a zero CRC field) and
+// returns the ULPDU for the caller to fill, every byte of it; nil when
+// the run cannot take it (see Run).
+func (r *Run) Next(ulen int) []byte {
+	n := FPDULen(ulen)
+	if ulen > r.max || n > len(r.free) {
+		return nil
+	}
+	b := r.free[:n]
+	r.free = r.free[n:]
+	r.fpdus++
+	// Pad and the CRC field, 4 to 7 bytes, in one word of 8 (an FPDU
+	// has at least 8 bytes) that may reach back into the ULPDU, which
+	// the caller then fills; the length field after it.
+	binary.LittleEndian.PutUint64(b[n-8:], 0)
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	return b[LengthFieldLen:][:ulen]
+}
+
+// FPDUs returns the number of FPDUs in the run.
+func (r *Run) FPDUs() int { return r.fpdus }
+
+// EndRun adds the run's FPDUs, filled by now, to the batch; with CRC it
+// computes the CRC of each over its bytes in the batch buffer. r is
+// empty afterwards.
+func (w *Writer) EndRun(r *Run) {
+	n := r.size - len(r.free)
+	if n == 0 {
+		return
+	}
+	w.fpdus += r.fpdus
+	if w.join {
+		s := len(w.scratch)
+		w.scratch = w.scratch[:s+n]
+		w.putScratch(s)
+	} else {
+		// The run's FPDUs, walked by their length fields.
+		for b := w.batch[len(w.batch) : len(w.batch)+n]; len(b) > 0; {
+			ulen := int(binary.BigEndian.Uint16(b))
+			c := LengthFieldLen + ulen + PadLen(ulen)                 // the bytes the CRC covers
+			binary.LittleEndian.PutUint32(b[c:], UpdateCRC(0, b[:c])) // PutCRC's order
+			b = b[c+CRCLen:]
+		}
+		w.batch = w.batch[:len(w.batch)+n]
+		w.pos += uint64(n)
+		w.batchBytes += n
+	}
+	*r = Run{}
 }
 
 // copyFPDU copies a whole FPDU into the batch buffer at once (the caller

@@ -578,3 +578,90 @@ func TestWriterAddFPDU(t *testing.T) {
 		t.Fatalf("%d small FPDUs: %d iovecs, %d bytes; want 1 iovec of %d", n, len(log.iovs), log.out.Len(), 84*n)
 	}
 }
+
+// TestWriterRun: FPDUs laid out by a Run, their ULPDUs filled after
+// Next, leave exactly as Framer frames them, with and without CRC (the
+// CRC computed by EndRun over the filled bytes), interleaved with FPDUs
+// added otherwise; Next refuses a ULPDU too long for a run and, once the
+// batch is full, any; with markers a run takes nothing.
+func TestWriterRun(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, crc := range []bool{false, true} {
+		var w mpa.Writer
+		w.Init(mpa.WriterConfig{CRC: crc, MaxHeader: 28})
+		var want []byte
+		var log iovecLog
+		fr := mpa.Framer{CRC: crc}
+		src := randBytes(r, 600)
+		fpdus, flushes := 0, 0
+		total := 3000
+		if crc {
+			total = 12000 // a batch buffer of WriterMaxBytes
+		}
+		for i := 0; i < total; {
+			run := w.BeginRun()
+			asked := min(1+i%40, total-i)
+			for range asked {
+				hdr := randBytes(r, 14+i%15)
+				p := src[:r.IntN(100)]
+				b := run.Next(len(hdr) + len(p))
+				if b == nil {
+					break
+				}
+				// The ULPDU is the caller's to fill, every byte.
+				copy(b, hdr)
+				copy(b[len(hdr):], p)
+				want = fr.AppendFPDU(want, hdr, p)
+				i++
+			}
+			n := run.FPDUs()
+			w.EndRun(&run)
+			fpdus += n
+			if run.FPDUs() != 0 {
+				t.Fatal("EndRun left the run non-empty")
+			}
+			full := n < asked
+			if i%7 == 0 {
+				hdr, p := randBytes(r, 18), src[:r.IntN(len(src))]
+				if w.AddFPDU(hdr, p) {
+					want = fr.AppendFPDU(want, hdr, p)
+					fpdus++
+				} else {
+					full = true
+				}
+			}
+			if w.FPDUs() != fpdus {
+				t.Fatalf("crc %v: the batch has %d FPDUs, want %d", crc, w.FPDUs(), fpdus)
+			}
+			if full {
+				if _, err := w.Flush(&log); err != nil {
+					t.Fatal(err)
+				}
+				fpdus = 0
+				flushes++
+			}
+		}
+		if _, err := w.Flush(&log); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(log.out.Bytes(), want) {
+			t.Fatalf("crc %v: Run output differs from Framer's (%d vs %d bytes)", crc, log.out.Len(), len(want))
+		}
+		if flushes == 0 {
+			t.Fatalf("crc %v: no batch filled up", crc)
+		}
+	}
+	var w mpa.Writer
+	w.Init(mpa.WriterConfig{MaxHeader: 18})
+	run := w.BeginRun()
+	if run.Next(18+mpa.WriterCopyLen+1) != nil {
+		t.Fatal("a run took a payload longer than WriterCopyLen without CRC")
+	}
+	w.EndRun(&run)
+	w.Init(mpa.WriterConfig{Markers: true})
+	run = w.BeginRun()
+	if run.Next(20) != nil {
+		t.Fatal("a run took an FPDU with markers")
+	}
+	w.EndRun(&run)
+}

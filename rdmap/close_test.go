@@ -593,10 +593,14 @@ func TestUnsignaled(t *testing.T) {
 	a, b := pair(t, rdmap.QPConfig{}, nil)
 	rmr := b.reg(t, make([]byte, 4096), rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite|rdmap.AccessRemoteRead)
 	buf := a.reg(t, make([]byte, 4096), rdmap.AccessLocalWrite)
+	// The Reads land apart from the Writes' source: an unfenced Write may
+	// be sent while an earlier Read's response is placed.
+	sink := a.reg(t, make([]byte, 4096), rdmap.AccessLocalWrite)
 	for i := range 50 {
 		wr := rdmap.SendWR{ID: uint64(i), Op: rdmap.WRWrite, SGL: []rdmap.SGE{buf.SGE(0, 4096)}, Remote: rdmap.Remote{STag: rmr.STag()}, Signaled: i%10 == 9}
 		if i%7 == 3 {
 			wr.Op = rdmap.WRRead
+			wr.SGL = []rdmap.SGE{sink.SGE(0, 4096)}
 		}
 		mustPost(t, a.qp.PostSend(wr))
 	}

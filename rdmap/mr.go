@@ -497,6 +497,18 @@ func (b *mrBinding) slice(perm Access, to, n uint64) ([]byte, accessErr) {
 // in pd, with perm, and in bounds. It returns the n bytes named, from the
 // mapping it checked. Windows are never local SGEs.
 func (mr *MR) checkLocal(pd *PD, perm Access, to, n uint64) ([]byte, accessErr) {
+	b, ae := mr.localBinding(pd)
+	if ae != accessOK {
+		return nil, ae
+	}
+	return b.slice(perm, to, n)
+}
+
+// localBinding is checkLocal's check of the region itself (valid, not a
+// window, in pd): it returns the mapping whose rights and bounds
+// (slice) decide the rest, so that several SGEs of the region checked at
+// one moment (a run of the send engine) share the check.
+func (mr *MR) localBinding(pd *PD) (*mrBinding, accessErr) {
 	if mr.st.Load()&mrValid == 0 {
 		return nil, accessInvalidSTag
 	}
@@ -507,7 +519,7 @@ func (mr *MR) checkLocal(pd *PD, perm Access, to, n uint64) ([]byte, accessErr) 
 	if mr.pd != pd {
 		return nil, accessPD
 	}
-	return b.slice(perm, to, n)
+	return b, accessOK
 }
 
 // localBytes returns n bytes at offset off of the region's current

@@ -870,6 +870,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 //
 // +checklocks:qp.sqMu
 func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
+	if validFast(wr) {
+		return qp.pushOneSGELocked(wr)
+	}
 	slot := qp.sq.slot(qp.sq.tail)
 	e := qp.sq.push()
 	e.id, e.op = wr.ID, wr.Op
@@ -918,6 +921,19 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 	}
 	e.length = uint32(total)
 	e.state, e.status = sqPosted, WCSuccess
+	return e
+}
+
+// pushOneSGELocked is pushSendLocked for the common request, a Send or
+// Write of one SGE (validFast): no side arrays to fill.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) pushOneSGELocked(wr *SendWR) *sqEntry {
+	e := qp.sq.push()
+	s := &wr.SGL[0]
+	e.id, e.length, e.invSTag, e.remote, e.sge0 = wr.ID, s.Length, wr.InvalidateSTag, wr.Remote, *s
+	e.op, e.nsge, e.state, e.status = wr.Op, 1, sqPosted, WCSuccess
+	e.signaled, e.solicited, e.fence, e.inline = wr.Signaled || qp.cfg.SignalAll, wr.Solicited, wr.Fence, false
 	return e
 }
 
@@ -983,6 +999,19 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	flush, ok := qp.sqMode == postFlush, true
 	n := 0
 	var first *sqEntry
+	if !flush {
+		// The common requests first, in one tight pass while the SQ has
+		// room; the loop below takes over at the first other request
+		// (and tells a full SQ).
+		room := qp.sq.limit - qp.sq.len()
+		for n < len(wrs) && n < room && validFast(&wrs[n]) {
+			e := qp.pushOneSGELocked(&wrs[n])
+			if n == 0 {
+				first = e
+			}
+			n++
+		}
+	}
 	for ; n < len(wrs); n++ {
 		if w := &wrs[n]; n > 0 && !validFast(w) {
 			if verr = qp.validateSend(w); verr != nil {

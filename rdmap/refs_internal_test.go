@@ -3,6 +3,7 @@ package rdmap
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -355,4 +356,40 @@ func TestHeldRefReleased(t *testing.T) {
 		t.Fatalf("state %v, want RTS: %v", st, qb.Err())
 	}
 	_ = cqa
+}
+
+// TestRunRefs: a run (txPick) of one-SGE requests from two regions, with
+// a two-SGE request in the middle (which adds to the list after it has
+// moved to its pooled array), holds one reference per stretch of
+// requests from a region, in SQ order, each up to the last request of
+// its stretch; the write of the whole run drops them all.
+func TestRunRefs(t *testing.T) {
+	dev, _ := NewDevice(nil)
+	defer dev.Close()
+	pd, qp, _ := newRefsQP(t, dev, 64, 16)
+	defer qp.Close()
+	mr, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
+	other, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
+	w := func(sgl ...SGE) SendWR { return SendWR{Op: WRWrite, SGL: sgl} }
+	wrs := []SendWR{w(mr.SGE(0, 64)), w(other.SGE(0, 64)), w(other.SGE(0, 64), mr.SGE(0, 64)),
+		w(other.SGE(64, 64)), w(other.SGE(0, 64)), w(mr.SGE(0, 64)), w(mr.SGE(64, 64))}
+	if n, err := qp.PostSends(wrs); n != len(wrs) || err != nil {
+		t.Fatalf("PostSends = %d, %v", n, err)
+	}
+	tx := &qp.tx
+	if !qp.txPick() || tx.runEnd != uint64(len(wrs)) {
+		t.Fatalf("the run ends at %d, want %d", tx.runEnd, len(wrs))
+	}
+	want := []txRef{{mr, 1}, {other, 3}, {mr, 3}, {other, 5}, {mr, 7}}
+	if got := tx.refs[tx.refsHead:]; !slices.Equal(got, want) {
+		t.Fatalf("references %v, want %v", got, want)
+	}
+	if r, o := mr.refs.Load(), other.refs.Load(); r != 4 || o != 3 {
+		t.Fatalf("%d and %d references, want 4 and 3", r, o)
+	}
+	tx.queuedUpTo = uint64(len(wrs))
+	tx.written()
+	if r, o := mr.refs.Load(), other.refs.Load(); r != 1 || o != 1 {
+		t.Fatalf("after the write %d and %d references, want 1 and 1", r, o)
+	}
 }

@@ -715,6 +715,9 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	// Under sqMu the ORQ does not change (only this engine adds to it,
 	// and a run adds nothing), nor does the SQ's tail.
 	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
+	var lastMR *MR // the region of the last one-SGE request checked, its mapping lastBind
+	var lastBind *mrBinding
+	var last *txRef // the last reference, once this run has taken or shared it
 	for next != end && bytes < txRunBytes {
 		e := qp.sq.at(next)
 		if !runOp(e.op) || (e.fence && !orqEmpty) { // sqRunnableLocked's rule for run ops
@@ -722,22 +725,36 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 		}
 		if e.nsge == 1 && !e.inline {
 			// The common request, one SGE: txCheckLocked and
-			// txRefsLocked in line, and takeRef's shared reference.
+			// txRefsLocked in line. Requests from one region share its
+			// check (localBinding: the run is started at one moment,
+			// under sqMu) and the reference takeRef shares, kept at hand.
 			s := &e.sge0
-			if _, ae := s.MR.checkLocal(qp.pd, 0, s.Offset, uint64(s.Length)); ae != accessOK {
+			if s.MR != lastMR {
+				b, ae := s.MR.localBinding(qp.pd)
+				if ae != accessOK {
+					break // as below
+				}
+				lastMR, lastBind = s.MR, b
+			}
+			if _, ae := lastBind.slice(0, s.Offset, uint64(s.Length)); ae != accessOK {
 				break // as below
 			}
-			if k := len(t.refs); k > t.refsHead && t.refs[k-1].mr == s.MR {
-				t.refs[k-1].upTo = next + 1
-			} else if !t.takeRef(s.MR, next) {
+			if last == nil || last.mr != s.MR {
+				if !t.takeRef(s.MR, next) { // shares the last reference or takes one
+					break
+				}
+				last = &t.refs[len(t.refs)-1] // takeRef may have moved the list
+			}
+			last.upTo = next + 1
+		} else {
+			last = nil // txRefsLocked may add to the list or move it
+			if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
+				// Started first in the next run, it fails there, once the
+				// requests before it are queued. References the refused
+				// start took are shared with it (upTo next+1) and drop as
+				// theirs do.
 				break
 			}
-		} else if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
-			// Started first in the next run, it fails there, once the
-			// requests before it are queued. References the refused
-			// start took are shared with it (upTo next+1) and drop as
-			// theirs do.
-			break
 		}
 		e.state = sqActive
 		next++
@@ -1044,47 +1061,79 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // job on that are one FPDU each with one piece of payload: a Send or
 // Write of inline data or one SGE whose message is one DDP segment, the
 // small message, framed as txEmitData frames it without its per-segment
-// steps (one AddFPDU each, the engine's cursor moved once at the end).
-// It stops at the first other job (left to txEmit) and reports false
-// when the batch is full.
+// steps: the FPDUs go into one mpa.Run, the DDP header and the payload
+// written straight into each, and the engine's cursor moves once at the
+// end. It stops at the first other job (left to txEmit) and reports
+// false when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
 	if t.job != jobSQ || t.msgOff != 0 {
 		return true
 	}
-	e, idx := t.wr, t.wrIdx
+	e, idx, end := t.wr, t.wrIdx, t.runEnd
 	full := false
+	// The Run opens at the first small message (BeginRun takes the
+	// batch's arena or buffer: a job that sends nothing must not).
+	var run mpa.Run
+	open := false
 	for !qp.broken.Load() {
-		op, data := wire.OpWrite, true
+		op, hlen := wire.OpWrite, ddp.TaggedHeaderLen // dataHeaderLen(op), set with op
 		switch e.op {
 		case WRWrite:
 		case WRSend, WRSendInv:
-			op = sendOpcode(e)
+			op, hlen = sendOpcode(e), ddp.UntaggedHeaderLen
 		default:
-			data = false
+			hlen = 0 // not a data message
 		}
-		if !data || (!e.inline && e.nsge != 1) || int(e.length) > t.ulpdu-dataHeaderLen(op) {
+		n := int(e.length)
+		if hlen == 0 || (!e.inline && e.nsge != 1) || n > t.ulpdu-hlen {
 			break // not a small message: txEmit's
 		}
 		// The job's cursor is at the start of every message here (msgOff
-		// and sgeOff 0), so dataHeader frames e as its first segment.
-		if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, int(e.length))) {
-			full = true
-			break
+		// and sgeOff 0): e is framed as its first and last segment.
+		if !open {
+			run, open = t.w.BeginRun(), true
 		}
-		if e.op != WRWrite {
+		if b := run.Next(hlen + n); b != nil {
+			if op == wire.OpWrite {
+				f := t.writeFields(e, true)
+				ddp.PutTagged(b, &f)
+			} else {
+				f := t.sendFields(e, op, true)
+				ddp.PutUntagged(b, &f)
+			}
+			if e.inline {
+				copy(b[hlen:], qp.onePiece(e, idx, 0, n))
+			} else {
+				copy(b[hlen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n))) // onePiece's SGE case, in line
+			}
+		} else {
+			// Not one for a run (a payload the Writer does not copy,
+			// markers) or no room left: the general call frames it or
+			// tells a full batch.
+			t.w.EndRun(&run)
+			open = false
+			if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, n)) {
+				full = true
+				break
+			}
+		}
+		if op != wire.OpWrite {
 			t.msn[wire.QNSend]++
 		}
 		idx++
-		if idx == t.runEnd {
-			// The run is queued (finishWR's end of a run).
-			t.queuedUpTo = idx
-			t.job, t.wr = jobNone, nil
-			return true
+		if idx == end {
+			break
 		}
 		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
-	if idx != t.wrIdx {
+	t.w.EndRun(&run)
+	switch {
+	case idx == end:
+		// The run is queued (finishWR's end of a run).
+		t.queuedUpTo = idx
+		t.job, t.wr = jobNone, nil
+	case idx != t.wrIdx:
 		t.queuedUpTo = idx
 		t.startJob(e, idx)
 	}
@@ -1101,19 +1150,30 @@ func dataHeaderLen(op wire.Opcode) int {
 }
 
 // dataHeader builds, in t.hdr, the DDP header of the job's next segment
-// (at message offset msgOff) of a Write (tagged, to the request's remote
-// buffer) or a Send (untagged, QN 0, the next MSN).
+// of a Write or a Send (writeFields, sendFields).
 func (t *txEngine) dataHeader(e *sqEntry, op wire.Opcode, last bool) []byte {
-	ctl := wire.ControlByte(wire.Version1, op)
 	if op == wire.OpWrite {
-		h := t.hdr[:ddp.TaggedHeaderLen]
-		ddp.PutTagged(h, &ddp.TaggedFields{Last: last, RsvdULP: ctl, STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff)})
+		h, f := t.hdr[:ddp.TaggedHeaderLen], t.writeFields(e, last)
+		ddp.PutTagged(h, &f)
 		return h
 	}
-	h := t.hdr[:ddp.UntaggedHeaderLen]
-	ddp.PutUntagged(h, &ddp.UntaggedFields{Last: last, RsvdULP: ctl, RsvdULP32: uint32(e.invSTag),
-		QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff})
+	h, f := t.hdr[:ddp.UntaggedHeaderLen], t.sendFields(e, op, last)
+	ddp.PutUntagged(h, &f)
 	return h
+}
+
+// writeFields returns the tagged DDP header of the job's next segment
+// of a Write e: at message offset msgOff of the request's remote buffer.
+func (t *txEngine) writeFields(e *sqEntry, last bool) ddp.TaggedFields {
+	return ddp.TaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, wire.OpWrite),
+		STag: e.remote.STag, TO: e.remote.Offset + uint64(t.msgOff)}
+}
+
+// sendFields returns the untagged DDP header of the job's next segment
+// of a Send e of opcode op: QN 0, the next MSN, MO msgOff.
+func (t *txEngine) sendFields(e *sqEntry, op wire.Opcode, last bool) ddp.UntaggedFields {
+	return ddp.UntaggedFields{Last: last, RsvdULP: wire.ControlByte(wire.Version1, op),
+		RsvdULP32: uint32(e.invSTag), QN: wire.QNSend, MSN: t.msn[wire.QNSend], MO: t.msgOff}
 }
 
 // txPiece returns the next n payload bytes of the job e whose payload is

@@ -18,13 +18,16 @@ import (
 
 // runOptions are the connections the run tests use: zero copy (payloads
 // above mpa.WriterCopyLen are iovecs of registered memory until the
-// writev) and CRC (copied into the batch buffer).
+// writev), CRC (copied into the batch buffer), and markers both ways
+// with CRC (no mpa.Run takes an FPDU: every small message is framed by
+// AddFPDU).
 var runOptions = []struct {
 	name string
 	o    rdmaptest.Options
 }{
 	{"crc=off", rdmaptest.Options{}},
 	{"crc=on", rdmaptest.Options{CRC: true}},
+	{"markers", rdmaptest.Options{CRC: true, MarkersAB: true, MarkersBA: true}},
 }
 
 func fill(b []byte, v byte) []byte {

@@ -17,10 +17,12 @@ import (
 // 1100-byte ones the iovecs without CRC and the bytes with it), and the
 // run goes on in the next batch exactly where it stopped: every message
 // arrives once, in order, with its own bytes, and the signaled Sends
-// complete in order.
+// complete in order. Size 0 mixes the two (every third 1100 bytes), so
+// that without CRC a run of small FPDUs (mpa.Run) is cut by messages
+// the Writer frames otherwise and resumes after them.
 func TestSmallRunsAcrossBatches(t *testing.T) {
 	for _, c := range runOptions {
-		for _, size := range []int{64, 1100} {
+		for _, size := range []int{64, 1100, 0} {
 			t.Run(fmt.Sprintf("%s/%d", c.name, size), func(t *testing.T) { testSmallRunsAcrossBatches(t, &c.o, size) })
 		}
 	}
@@ -28,20 +30,31 @@ func TestSmallRunsAcrossBatches(t *testing.T) {
 
 func testSmallRunsAcrossBatches(t *testing.T, o *rdmaptest.Options, size int) {
 	const n = 1000 // within the receive CQ's 1024
+	stride, sizeOf := size, func(int) int { return size }
+	if size == 0 {
+		stride = 1100
+		sizeOf = func(i int) int {
+			if i%3 == 0 {
+				return 1100
+			}
+			return 64
+		}
+	}
 	a := newSide(t, newDevice(t), rdmap.QPConfig{MaxSendWR: n})
 	b := newSide(t, newDevice(t), rdmap.QPConfig{MaxRecvWR: n})
-	src := a.reg(t, make([]byte, n*size), rdmap.AccessLocalWrite)
-	dst := b.reg(t, make([]byte, n*size), rdmap.AccessLocalWrite)
+	src := a.reg(t, make([]byte, n*stride), rdmap.AccessLocalWrite)
+	dst := b.reg(t, make([]byte, n*stride), rdmap.AccessLocalWrite)
 	rwrs := make([]rdmap.RecvWR, n)
 	wrs := make([]rdmap.SendWR, n)
 	for i := range n {
-		msg := src.Bytes()[i*size : (i+1)*size]
+		size := sizeOf(i)
+		msg := src.Bytes()[i*stride : i*stride+size]
 		for j := range msg {
 			msg[j] = byte(i + j)
 		}
 		binary.BigEndian.PutUint64(msg, uint64(i))
-		wrs[i] = rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(i*size, size)}, Signaled: i%100 == 99}
-		rwrs[i] = rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{dst.SGE(i*size, size)}}
+		wrs[i] = rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(i*stride, size)}, Signaled: i%100 == 99}
+		rwrs[i] = rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{dst.SGE(i*stride, stride)}}
 	}
 	if k, err := b.qp.PostRecvs(rwrs); k != n || err != nil {
 		t.Fatalf("PostRecvs = %d, %v", k, err)
@@ -52,7 +65,8 @@ func testSmallRunsAcrossBatches(t *testing.T, o *rdmaptest.Options, size int) {
 	rdmaptest.Connect(t, a.qp, b.qp, o)
 	for i, wc := range pollN(t, b.cq, n) {
 		expectWC(t, wc, uint64(i), rdmap.WCRecv, rdmap.WCSuccess)
-		got := dst.Bytes()[i*size : (i+1)*size]
+		size := sizeOf(i)
+		got := dst.Bytes()[i*stride : i*stride+size]
 		if wc.ByteLen != uint32(size) || binary.BigEndian.Uint64(got) != uint64(i) || got[size-1] != byte(i+size-1) {
 			t.Fatalf("receive %d: %d bytes, sequence %d, last byte %d; want %d, %d, %d",
 				i, wc.ByteLen, binary.BigEndian.Uint64(got), got[size-1], size, i, byte(i+size-1))
