@@ -121,19 +121,33 @@ func BenchmarkTxEngine(b *testing.B) {
 	}
 }
 
-func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
-	const k = 32
+// postListQP returns a QP of its own device (not started) with a list of
+// k one-SGE 64-byte requests of op to post, the last signaled, and its CQ.
+func postListQP(b *testing.B, op WROpcode, k int) (*QP, *CQ, []SendWR) {
 	dev, _ := NewDevice(nil)
-	defer dev.Close()
+	b.Cleanup(func() { dev.Close() })
 	pd := dev.AllocPD()
 	cq, _ := dev.CreateCQ(1024)
 	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 256})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer qp.Close()
-	mr, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
-	defer mr.Deregister()
+	mr, _ := pd.RegisterMemory(make([]byte, 64*k), AccessLocalWrite)
+	b.Cleanup(func() {
+		qp.Close()
+		mr.Deregister()
+	})
+	wrs := make([]SendWR, k)
+	for i := range wrs {
+		wrs[i] = SendWR{Op: op, SGL: []SGE{mr.SGE(64*i, 64)}, Remote: Remote{STag: 0x100}}
+	}
+	wrs[k-1].Signaled = true
+	return qp, cq, wrs
+}
+
+func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
+	const k = 32
+	qp, cq, wrs := postListQP(b, op, k)
 	conn := newSinkConn()
 	if err := qp.Start(conn, &mpa.Params{Initiator: true, IRD: 8, ORD: 8, CRC: crc}); err != nil {
 		b.Fatal(err)
@@ -143,11 +157,6 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
 		runtime.Gosched()
 	}
 	defer qp.txDirectEnd(false)
-	wrs := make([]SendWR, k)
-	for i := range wrs {
-		wrs[i] = SendWR{Op: op, SGL: []SGE{mr.SGE(64*i, 64)}, Remote: Remote{STag: 0x100}}
-	}
-	wrs[k-1].Signaled = true
 	wcs := make([]WC, 16)
 	b.SetBytes(64)
 	b.ReportAllocs()
@@ -179,22 +188,7 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
 // the list.
 func BenchmarkPostSends(b *testing.B) {
 	const k = 32
-	dev, _ := NewDevice(nil)
-	defer dev.Close()
-	pd := dev.AllocPD()
-	cq, _ := dev.CreateCQ(1024)
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 256})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer qp.Close()
-	mr, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
-	defer mr.Deregister()
-	wrs := make([]SendWR, k)
-	for i := range wrs {
-		wrs[i] = SendWR{Op: WRWrite, SGL: []SGE{mr.SGE(64*i, 64)}, Remote: Remote{STag: 0x100}}
-	}
-	wrs[k-1].Signaled = true
+	qp, _, wrs := postListQP(b, WRWrite, k)
 	b.SetBytes(64)
 	b.ReportAllocs()
 	b.ResetTimer()
