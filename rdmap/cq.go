@@ -108,11 +108,7 @@ func (cq *CQ) Dropped() uint64 {
 // returns how many. It never blocks.
 func (cq *CQ) Poll(wcs []WC) int {
 	cq.mu.Lock()
-	k := 0
-	for k < len(wcs) && !cq.ring.empty() {
-		wcs[k] = *cq.ring.pop()
-		k++
-	}
+	k := cq.ring.popInto(wcs)
 	for k < len(wcs) && cq.ovfHead < len(cq.ovf) {
 		wcs[k] = cq.ovf[cq.ovfHead]
 		cq.ovf[cq.ovfHead] = WC{}

@@ -54,12 +54,26 @@ func TestPostListsPartial(t *testing.T) {
 	if n, err := b.qp.PostRecvs([]rdmap.RecvWR{recv(0), tooMany, recv(1)}); n != 1 || !errors.Is(err, rdmap.ErrTooManySGE) {
 		t.Fatalf("PostRecvs with wrs[1] malformed = %d, %v; want 1, ErrTooManySGE", n, err)
 	}
+	// A receive without a region after a common one: the first is posted.
+	noMR := recv(98)
+	noMR.SGL[0].MR = nil
+	if n, err := b.qp.PostRecvs([]rdmap.RecvWR{recv(1), noMR, recv(2)}); n != 1 || !errors.Is(err, rdmap.ErrInvalidSGE) {
+		t.Fatalf("PostRecvs with wrs[1] without a region = %d, %v; want 1, ErrInvalidSGE", n, err)
+	}
 	rest := make([]rdmap.RecvWR, 0, 9)
-	for i := 1; i < 10; i++ {
+	for i := 2; i < 11; i++ {
 		rest = append(rest, recv(i))
 	}
-	if n, err := b.qp.PostRecvs(rest); n != 7 || !errors.Is(err, rdmap.ErrQueueFull) {
-		t.Fatalf("PostRecvs of 9 into a RQ with room for 7 = %d, %v; want 7, ErrQueueFull", n, err)
+	if n, err := b.qp.PostRecvs(rest); n != 6 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("PostRecvs of 9 into a RQ with room for 6 = %d, %v; want 6, ErrQueueFull", n, err)
+	}
+	// On a full RQ a malformed request is told as such, a good one as
+	// not fitting.
+	if n, err := b.qp.PostRecvs([]rdmap.RecvWR{noMR}); n != 0 || !errors.Is(err, rdmap.ErrInvalidSGE) {
+		t.Fatalf("PostRecvs of a receive without a region into a full RQ = %d, %v; want 0, ErrInvalidSGE", n, err)
+	}
+	if n, err := b.qp.PostRecvs([]rdmap.RecvWR{recv(11)}); n != 0 || !errors.Is(err, rdmap.ErrQueueFull) {
+		t.Fatalf("PostRecvs into a full RQ = %d, %v; want 0, ErrQueueFull", n, err)
 	}
 
 	rdmaptest.Connect(t, a.qp, b.qp, &rdmaptest.Options{})

@@ -1172,40 +1172,63 @@ func (qp *QP) PostRecvs(wrs []RecvWR) (int, error) {
 	if qp.srq != nil && len(wrs) > 0 {
 		return 0, ErrInvalidWR
 	}
-	valid, verr := validPrefix(wrs, qp.checkRecv)
-	if valid == 0 {
-		return 0, verr
+	if len(wrs) == 0 {
+		return 0, nil
+	}
+	// The first request is checked before the lock (its error comes
+	// before the CQ's, as PostRecv's).
+	if !qp.recvFast(&wrs[0]) {
+		if err := qp.checkRecv(&wrs[0]); err != nil {
+			return 0, err
+		}
 	}
 	qp.rqMu.Lock()
 	if qp.rcq.overran() {
 		qp.rqMu.Unlock()
 		return 0, ErrCQOverflow
 	}
-	n := valid
-	if qp.rqMode != postFlush && qp.rq.limit-qp.rq.len() < n {
-		n, verr = qp.rq.limit-qp.rq.len(), ErrQueueFull
-	}
-	if qp.rqMode == postFlush {
+	if qp.rqMode != postFlush {
+		// The common receive, one SGE, is checked and queued in one
+		// tight pass while the RQ has room; the loop below takes over at
+		// the first other one (and tells a full RQ, or the request's
+		// error, as validPrefix and the room check would).
+		room := qp.rq.limit - qp.rq.len()
+		n := 0
+		for n < len(wrs) && n < room && qp.recvFast(&wrs[n]) {
+			qp.rq.postOne(wrs[n].ID, &wrs[n].SGL[0])
+			n++
+		}
+		var verr error
+		for ; n < len(wrs); n++ {
+			if err := qp.checkRecv(&wrs[n]); err != nil {
+				verr = err
+				break
+			}
+			if qp.rq.full() {
+				verr = ErrQueueFull
+				break
+			}
+			qp.rq.post(wrs[n])
+		}
 		qp.rqMu.Unlock()
-		ok := true
-		qp.rcq.mu.Lock()
-		for i := range n {
-			wc := WC{ID: wrs[i].ID, Status: WCWRFlushErr, Op: WCRecv, QPN: qp.qpn}
-			ok = qp.rcq.pushLocked(&wc) && ok
-		}
-		qp.rcq.mu.Unlock()
-		if n > 0 {
-			qp.rcq.wake()
-		}
-		if !ok {
-			qp.rcq.overflowed()
-		}
 		return n, verr
 	}
-	for i := range n {
-		qp.rq.post(wrs[i])
-	}
+	// In ERROR: every valid request completes at once, flushed.
 	qp.rqMu.Unlock()
+	n, verr := validPrefix(wrs, qp.checkRecv)
+	ok := true
+	qp.rcq.mu.Lock()
+	for i := range n {
+		wc := WC{ID: wrs[i].ID, Status: WCWRFlushErr, Op: WCRecv, QPN: qp.qpn}
+		ok = qp.rcq.pushLocked(&wc) && ok
+	}
+	qp.rcq.mu.Unlock()
+	if n > 0 {
+		qp.rcq.wake()
+	}
+	if !ok {
+		qp.rcq.overflowed()
+	}
 	return n, verr
 }
 
@@ -1218,6 +1241,13 @@ func validPrefix[T any](wrs []T, check func(*T) error) (int, error) {
 		}
 	}
 	return len(wrs), nil
+}
+
+// recvFast reports whether wr is the common receive, of one SGE, that
+// checkRecv accepts (one SGE's length is at most MaxRecvLen): PostRecvs's
+// check in line. false means checkRecv decides.
+func (qp *QP) recvFast(wr *RecvWR) bool {
+	return len(wr.SGL) == 1 && wr.SGL[0].MR != nil && qp.cfg.MaxRecvSGE >= 1
 }
 
 // checkRecv validates a receive work request of a QP without an SRQ.

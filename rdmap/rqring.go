@@ -73,6 +73,13 @@ func (r *rqRing) post(wr RecvWR) {
 	}
 }
 
+// postOne appends the receive id of the one SGE sge, as post does; the
+// caller has checked that the ring has room.
+func (r *rqRing) postOne(id uint64, sge *SGE) {
+	e := r.push()
+	e.id, e.sge, e.nsge = id, *sge, 1
+}
+
 // take moves the oldest receive into e, dropping the ring's references to
 // its memory regions. It reports false when none is posted.
 func (r *rqRing) take(e *rxRecv) bool {
