@@ -387,16 +387,13 @@ func (w *Writer) End() {
 // and End in one call, with the same result and the same rules (Room
 // must have reported true for it, with one piece). With CRC and without
 // markers an FPDU of up to 8 KiB is copied into the batch buffer in one
-// step (a run of one); AddFPDU is the small-message path of both modes.
+// step; AddFPDU is the small-message path of both modes.
 func (w *Writer) FPDU(hdr, payload []byte) {
-	if w.crc && w.runFPDU(hdr, payload) {
+	if w.crc && !w.markers && len(hdr)+len(payload) <= copyChunk {
+		w.takeBuf()
+		w.copyFPDU(hdr, payload)
 		return
 	}
-	w.framed(hdr, payload)
-}
-
-// framed is FPDU by Begin, Payload and End.
-func (w *Writer) framed(hdr, payload []byte) {
 	w.Begin(hdr, len(hdr)+len(payload))
 	w.Payload(payload)
 	w.End()
@@ -411,29 +408,21 @@ func (w *Writer) framed(hdr, payload []byte) {
 // rather than by Room's bound for any FPDU. hdr must be at most
 // MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
-	if w.runFPDU(hdr, payload) {
-		return true
+	if len(hdr) <= w.maxHeader {
+		r := w.BeginRun()
+		if b := r.Next(len(hdr) + len(payload)); b != nil {
+			putHeader(b, hdr)
+			copy(b[len(hdr):], payload)
+			w.EndRun(&r)
+			return true
+		}
+		w.EndRun(&r)
 	}
 	if !w.Room(len(hdr)+len(payload), 1) {
 		return false
 	}
-	w.framed(hdr, payload)
+	w.FPDU(hdr, payload)
 	return true
-}
-
-// runFPDU adds the FPDU as a run of one (see Run), when a run takes it.
-func (w *Writer) runFPDU(hdr, payload []byte) bool {
-	if len(hdr) > w.maxHeader {
-		return false
-	}
-	r := w.BeginRun()
-	b := r.Next(len(hdr) + len(payload))
-	if b != nil {
-		putHeader(b, hdr)
-		copy(b[len(hdr):], payload)
-	}
-	w.EndRun(&r)
-	return b != nil
 }
 
 // Run is a stretch of whole small FPDUs added to a Writer's batch in one
@@ -532,6 +521,29 @@ func (w *Writer) EndRun(r *Run) {
 		w.batchBytes += n
 	}
 	*r = Run{}
+}
+
+// copyFPDU copies a whole FPDU into the batch buffer at once (the caller
+// made sure of the room) and computes the CRC over that copy. The batch's
+// bookkeeping comes first, so that only the FPDU's bytes are live across
+// the copy and the CRC.
+func (w *Writer) copyFPDU(hdr, payload []byte) {
+	ulen := len(hdr) + len(payload)
+	s := len(w.batch)
+	c := LengthFieldLen + ulen + PadLen(ulen) // the bytes the CRC covers
+	b := w.batch[s : s+c+CRCLen]
+	w.batch = w.batch[:s+c+CRCLen]
+	w.fpduStart, w.ulpduLen = w.pos, ulen
+	w.pos += uint64(c + CRCLen)
+	w.batchBytes += c + CRCLen
+	w.fpdus++
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	putHeader(b[LengthFieldLen:], hdr)
+	binary.LittleEndian.PutUint32(b[LengthFieldLen+ulen:], 0) // the pad (0 to 3 bytes; the CRC follows)
+	copy(b[LengthFieldLen+len(hdr):], payload)
+	crc := UpdateCRC(0, b[:c])
+	binary.LittleEndian.PutUint32(b[c:], crc) // PutCRC's order
+	w.fpduCRC = crc
 }
 
 // putHeader copies hdr to the start of b (which has room for it): the
