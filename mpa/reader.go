@@ -99,7 +99,9 @@ var errPastULPDU = errors.New("mpa: read past the end of the ULPDU")
 // are removed, every marker byte folded into the CRC. Rest reads the
 // whole remaining ULPDU into the buffer instead (the Deframer's way).
 // Whole takes an FPDU that is already all buffered in one step, its CRC
-// checked first (the small FPDUs of a stream read in large chunks).
+// checked first (the small FPDUs of a stream read in large chunks), and
+// Fill makes the read Next would make without starting an FPDU, so that
+// Whole can take the small FPDU one read brings.
 //
 // The errors are io errors from the source (io.EOF only between FPDUs; a
 // stream that ends inside an FPDU gives io.ErrUnexpectedEOF),
@@ -458,6 +460,24 @@ func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
 		return ulpdu, true, ErrBadCRC
 	}
 	return ulpdu, true, nil
+}
+
+// Fill makes the read Next would make first, without starting an FPDU,
+// so that Whole can take the next FPDU when that one read brought all of
+// it (the small FPDU a latency-bound stream delivers one at a time): when
+// no FPDU has been started, the stream has no markers and fewer than
+// LengthFieldLen bytes are buffered, it reads from the source exactly as
+// Next would then (as much as the buffer has room for, or a header's
+// worth after a payload that went straight into memory), and otherwise
+// it does nothing. A large payload therefore still reaches Place's
+// direct read as it would without Fill. Its errors are Next's: io.EOF
+// when the stream ended cleanly before the next FPDU, io.ErrUnexpectedEOF
+// when it ended inside one.
+func (rd *Reader) Fill() error {
+	if rd.in || rd.cfg.Markers || rd.w-rd.r >= LengthFieldLen {
+		return nil
+	}
+	return rd.fill(LengthFieldLen)
 }
 
 // Header makes the first n bytes of the current ULPDU available, reading

@@ -3,6 +3,9 @@ package mpa_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
+	"slices"
 	"testing"
 
 	"github.com/gosiw/gosiw/mpa"
@@ -144,3 +147,177 @@ func readOne(rd *mpa.Reader) ([]byte, error) {
 	}
 	return rd.Rest()
 }
+
+// logVecReader is a queueVecReader that logs every call: its kind and
+// how much room it was given.
+type logVecReader struct {
+	queueVecReader
+	log []string
+}
+
+func (l *logVecReader) Read(p []byte) (int, error) {
+	l.log = append(l.log, fmt.Sprintf("read %d", len(p)))
+	return l.queueVecReader.Read(p)
+}
+
+func (l *logVecReader) ReadVec(dst, ahead []byte) (int, error) {
+	l.log = append(l.log, fmt.Sprintf("readv %d+%d", len(dst), len(ahead)))
+	return l.queueVecReader.ReadVec(dst, ahead)
+}
+
+// TestReaderFill: Fill makes the read Next would make, and only that
+// one: a Reader that calls Fill and takes what it can with Whole before
+// each Next reads a stream (small FPDUs one per read, a large one whose
+// payload goes straight into memory, a burst) with exactly the calls of
+// one that never does, the large payload still read straight into the
+// destination; the small FPDUs that came alone are taken whole. Fill reads nothing
+// inside an FPDU, with the length field buffered or with markers, and
+// reports the stream's end as Next does.
+func TestReaderFill(t *testing.T) {
+	small := bytes.Repeat([]byte{1}, 82)
+	large := bytes.Repeat([]byte{2}, 20000)
+	for _, crc := range []bool{false, true} {
+		for _, lend := range []bool{false, true} {
+			var chunks [][]byte
+			for range 3 {
+				chunks = append(chunks, mpa.AppendFPDU(nil, small[:18], small[18:], crc))
+			}
+			fp := mpa.AppendFPDU(nil, large[:18], large[18:], crc)
+			chunks = append(chunks, fp[:100], fp[100:9000], fp[9000:])
+			var burst []byte
+			for range 20 {
+				burst = mpa.AppendFPDU(burst, small[:18], small[18:], crc)
+			}
+			chunks = append(chunks, burst, mpa.AppendFPDU(nil, small[:18], small[18:], crc))
+			run := func(fill bool) ([]string, int, int) {
+				src := &logVecReader{queueVecReader: queueVecReader{queueReader: queueReader{chunks: slices.Clone(chunks)}}}
+				cfg := mpa.ReaderConfig{CRC: crc}
+				if lend {
+					cfg.Buffers = &lendPool{t: t}
+				}
+				rd := mpa.NewReader(src, nil, cfg)
+				p := &countPlacer{t: t}
+				wholes := 0
+				for i := range 3 + 1 + 20 + 1 {
+					want := small
+					if i == 3 {
+						want = large
+					}
+					if fill {
+						if err := rd.Fill(); err != nil {
+							t.Fatalf("crc=%v lend=%v: Fill before FPDU %d: %v", crc, lend, i, err)
+						}
+						if u, ok, err := rd.Whole(); ok {
+							if err != nil || !bytes.Equal(u, want) {
+								t.Fatalf("crc=%v lend=%v: Whole %d = %d bytes, %v", crc, lend, i, len(u), err)
+							}
+							wholes++
+							continue
+						}
+					}
+					n, err := rd.Next()
+					if err != nil || n != len(want) {
+						t.Fatalf("crc=%v lend=%v: Next %d = %d, %v", crc, lend, i, n, err)
+					}
+					got := make([]byte, n)
+					h, err := rd.Header(18)
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(got, h)
+					if err := rd.Place(got[18:], p); err != nil {
+						t.Fatal(err)
+					}
+					if err := rd.Trailer(); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("crc=%v lend=%v: FPDU %d differs", crc, lend, i)
+					}
+				}
+				if _, err := rd.Next(); err != errBlock {
+					t.Fatalf("Next at the end = %v", err)
+				}
+				return src.log, p.direct, wholes
+			}
+			plain, direct, _ := run(false)
+			filled, fdirect, wholes := run(true)
+			if !slices.Equal(plain, filled) {
+				t.Errorf("crc=%v lend=%v: reads with Fill\n%v\nwithout\n%v", crc, lend, filled, plain)
+			}
+			if fdirect != direct || !crc && direct == 0 {
+				t.Errorf("crc=%v lend=%v: %d payload bytes read straight into memory with Fill, %d without", crc, lend, fdirect, direct)
+			}
+			if wholes < 3+1 {
+				// The small FPDUs that came one per read, and the one
+				// after the burst; of the burst itself, those read
+				// whole (reads are limited after a large payload).
+				t.Errorf("crc=%v lend=%v: %d FPDUs taken whole after Fill, want at least 4", crc, lend, wholes)
+			}
+		}
+	}
+
+	// No read inside an FPDU, with the length field buffered, with
+	// markers.
+	two := mpa.AppendFPDU(nil, small[:18], small[18:], false)
+	two = append(two, mpa.AppendFPDU(nil, small[:18], small[18:], false)...)
+	once := &onceReader{t: t, data: two[:30]}
+	rd := mpa.NewReader(once, nil, mpa.ReaderConfig{})
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Fill(); err != nil || !rd.InFPDU() {
+		t.Fatal(err)
+	}
+	once.data = two[30:]
+	if _, err := readOne(rd); err != nil {
+		t.Fatal(err)
+	}
+	// The second FPDU is all buffered now.
+	if err := rd.Fill(); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok, err := rd.Whole(); !ok || err != nil || !bytes.Equal(u, small) {
+		t.Fatalf("Whole after Fill = %q, %v, %v", u, ok, err)
+	}
+	fr := &mpa.Framer{Markers: true}
+	rd = mpa.NewReader(noReader{t}, nil, mpa.ReaderConfig{Markers: true, Leftover: fr.AppendFPDU(nil, small, nil)})
+	if err := rd.Fill(); err != nil || rd.InFPDU() {
+		t.Fatal(err)
+	}
+
+	// The end of the stream, as Next reports it.
+	rd = mpa.NewReader(&blockReader{data: nil}, nil, mpa.ReaderConfig{})
+	if err := rd.Fill(); err != errBlock {
+		t.Fatalf("Fill on a blocked source = %v", err)
+	}
+	rd = mpa.NewReader(eofReader{}, nil, mpa.ReaderConfig{})
+	if err := rd.Fill(); err != io.EOF {
+		t.Fatalf("Fill at the end = %v, want io.EOF", err)
+	}
+	rd = mpa.NewReader(eofReader{}, nil, mpa.ReaderConfig{Leftover: two[:1]})
+	if err := rd.Fill(); err != io.ErrUnexpectedEOF {
+		t.Fatalf("Fill at the end inside a length field = %v, want io.ErrUnexpectedEOF", err)
+	}
+}
+
+// onceReader serves data with one read, then fails the test if read
+// again before data is set anew.
+type onceReader struct {
+	t    *testing.T
+	data []byte
+}
+
+func (o *onceReader) Read(p []byte) (int, error) {
+	if o.data == nil {
+		o.t.Fatal("read when no read was due")
+	}
+	n := copy(p, o.data)
+	o.data = nil
+	return n, nil
+}
+
+// eofReader is a source that has ended.
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }

@@ -79,10 +79,15 @@ import (
 // CRC, when in use, is checked over the buffered bytes first, so nothing
 // of it is acted on before (as in Buffered mode); then the same header
 // checks in the same order, and its payload is copied from the buffer,
-// each copy fenced as Place fences it. The FPDUs buffered whole after it
-// are taken in one loop (wholeRun): runs of small Writes and Sends into
-// one region are checked by writeRun and sendRun, the region entered
-// once per run.
+// each copy fenced as Place fences it. When nothing is buffered the
+// engine makes the read the header-first path would make first
+// (mpa.Reader.Fill), so that the small FPDU one read brings, the
+// latency-bound stream's, is taken whole too; a large payload still
+// arrives as it would (only its first bytes come with that read) and
+// goes straight into memory. The FPDUs buffered whole after it are taken
+// in one loop (wholeRun): runs of small Writes and Sends into one region
+// are checked by writeRun and sendRun, the region entered once per run
+// (and an FPDU taken alone is tried as a run of one: runOne).
 //
 // With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
 // mode: the header is still checked as soon as it is in (and a bad one
@@ -488,13 +493,29 @@ func (p *rxPlace) Leave() {
 // control byte in it) is checked as soon as its bytes are in, before any
 // byte of the rest is awaited; a control message's body (the rest of its
 // ULPDU) is read only once its header passed.
+//
+// An FPDU the reader holds whole is taken whole instead (Reader.Whole):
+// when nothing is buffered, the read Next would make comes first
+// (Reader.Fill: the same read, so a large payload still goes straight
+// into memory), and the small FPDU it brings all of is taken whole too;
+// a Write or single-segment Send that writeRun's or sendRun's checks
+// accept as a run of one, the rest through whole.
 func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rd := rx.rd
 	if !rx.noWhole {
+		if err := rd.Fill(); err != nil {
+			if rd.Partial() {
+				rx.gotFirst() // part of an FPDU came: the peer has spoken
+			}
+			return nil, err
+		}
 		if u, ok, err := rd.Whole(); ok {
 			rx.gotFirst()
 			if err != nil {
 				return rx.readerErr(err)
+			}
+			if rx.runOne(u) {
+				return nil, nil
 			}
 			return rx.whole(u), nil
 		}
@@ -646,6 +667,26 @@ func (rx *rxEngine) wholeRun(max int) (int, *termInfo) {
 	return n, nil
 }
 
+// runOne receives the FPDU with ULPDU u, taken whole and its CRC
+// checked, as a run of one (writeRun, sendRun) when their checks accept
+// it, leaving the region at once; false: nothing changed, the caller
+// receives it through whole.
+func (rx *rxEngine) runOne(u []byte) bool {
+	if len(u) < 2 {
+		return false
+	}
+	var w runRegion
+	ok := false
+	switch u[1] {
+	case writeCtrl:
+		ok = rx.writeRun(&w, u)
+	case sendCtrl, sendSECtrl:
+		ok = rx.sendRun(&w, u)
+	}
+	rx.leaveRun(&w)
+	return ok
+}
+
 // runRegion is the region a run is placing into (wholeRun): the region
 // entered, its STag word when it was entered and the mapping that word
 // names, and which placements MR.check and MR.checkLocal allow into it
@@ -793,8 +834,9 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 // would accept and place there: an untagged, DDP version 1 header, a
 // message of one segment (ddp.UntaggedSink.Message) with a non-empty
 // payload, and the next receive posted on the QP's own RQ (no SRQ) of
-// one SGE, in that region (referenced: what addRef would take), with
-// room for it and local write access (as MR.checkLocal checks it). It
+// one SGE, in that region (referenced as addRef would take it: the
+// reference the engine keeps, rx.held, or a new one when it keeps none),
+// with room for it and local write access (as MR.checkLocal checks it). It
 // then leaves the engine as whole would have: the FPDU's header and
 // counters, the DDP state, the receive taken and its completion
 // gathered (pushRecv), the payload placed. It reports false, having
@@ -809,13 +851,23 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	plen := len(u) - ddp.UntaggedHeaderLen
 	e := qp.rq.at(rx.rqTaken)
 	mr := e.sge.MR
-	if e.nsge != 1 || mr == nil || rx.held != mr || w.mr != mr && !rx.enterRun(w, mr) || !w.local {
+	if e.nsge != 1 || mr == nil || rx.held != mr && rx.held != nil || w.mr != mr && !rx.enterRun(w, mr) || !w.local {
 		return false
 	}
 	length := uint64(e.sge.Length)
 	dst, ok := w.runBytes(e.sge.Offset, plen)
 	if !ok || !rx.untagged.Message(h, wire.QNSend, plen, length) {
 		return false
+	}
+	if rx.held == nil {
+		// The first placement into the region since the engine let its
+		// reference go (before it read: releaseHeld): a new one, kept
+		// as dropRef keeps it. The region entered (its STag word valid)
+		// still has its registration's reference, so this succeeds.
+		if !mr.acquire() {
+			return false
+		}
+		rx.held = mr
 	}
 	// The payload first: should the copy fault (guardRx), the receive
 	// is still posted, to be flushed, and the FPDU not counted. Then
