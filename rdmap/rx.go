@@ -122,7 +122,8 @@ type rxEngine struct {
 
 	// Deadlines (rxio.go).
 	stallTimeout time.Duration // QPConfig.RxStallTimeout (0: off)
-	progressAt   time.Time     // when a read last returned data
+	progressAt   int64         // monoNow when the engine began to wait for the rest of a partial FPDU (stamp)
+	moved        bool          // a read returned data since the last stamp
 	stallArmed   bool          // the stall deadline is set
 	draining     bool          // reading only to drop what still comes
 	// shutdownAt is the read deadline the send engine set when it shut

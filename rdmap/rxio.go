@@ -27,7 +27,17 @@ import (
 // timer running out while the stream makes progress or is idle) re-arms
 // the engine's deadline and the read is retried. The engine arms its
 // deadline once and re-arms it only when it fires, so a read costs no
-// deadline call, only a clock read when a stall timeout is set.
+// deadline call.
+//
+// Nor does a read cost a clock read, unless it waits for the rest of a
+// partial FPDU: the time of the last progress (progressAt) matters only
+// while an FPDU is partial, so a read that returns data only notes that
+// it did (moved), and the next read (or the release of a PollRx engine:
+// rxRelease) stamps progressAt if the engine then holds part of an FPDU
+// (stamp). That is the moment the engine starts waiting for the rest,
+// right after it took what the data brought; the stall timeout runs from
+// there. A read that completes whole FPDUs, the latency-bound stream's,
+// reads no clock at all.
 
 // ErrRxStalled is the cause of the LLP Terminate (TCP connection lost) a
 // QP sends when the peer sent part of an FPDU and then nothing more for
@@ -54,20 +64,27 @@ func (rx *rxEngine) partial() bool {
 func (rx *rxEngine) arm() {
 	if rx.stallTimeout > 0 && !rx.stallArmed {
 		rx.stallArmed = true
-		rx.progressAt = time.Now()
-		rx.setDeadline(rx.progressAt.Add(rx.stallTimeout))
+		now := time.Now()
+		rx.progressAt = monoOf(now)
+		rx.setDeadline(now.Add(rx.stallTimeout))
 	}
 }
 
-// progress records that a read returned data.
-func (rx *rxEngine) progress() {
-	if rx.stallTimeout > 0 {
-		rx.progressAt = time.Now()
+// stamp runs before a read: if a read returned data since the last
+// stamp (moved) and the engine now holds part of an FPDU, the stall
+// timeout runs from now (see above).
+func (rx *rxEngine) stamp() {
+	if rx.moved {
+		rx.moved = false
+		if rx.stallTimeout > 0 && rx.partial() {
+			rx.progressAt = monoNow()
+		}
 	}
 }
 
 // expired handles a read that failed with a deadline error: nil means
 // retry (the deadline is re-armed); otherwise the error ends reading.
+// The read returned no data since its stamp, so progressAt is current.
 func (rx *rxEngine) expired() error {
 	now := time.Now()
 	if s := rx.shutdownAt.Load(); s != 0 && now.UnixNano() >= s {
@@ -77,10 +94,11 @@ func (rx *rxEngine) expired() error {
 	if rx.stallTimeout > 0 {
 		base := now
 		if rx.partial() {
-			if now.Sub(rx.progressAt) >= rx.stallTimeout {
+			since := time.Duration(monoOf(now) - rx.progressAt)
+			if since >= rx.stallTimeout {
 				return ErrRxStalled
 			}
-			base = rx.progressAt
+			base = now.Add(-since)
 		}
 		dl = base.Add(rx.stallTimeout)
 	}
@@ -114,6 +132,7 @@ func (rx *rxEngine) setDeadline(dl time.Time) {
 func (rx *rxEngine) read(p []byte) (int, error) {
 	rx.settle()
 	rx.arm()
+	rx.stamp()
 	// A kick that came before arm set the first deadline had its poke
 	// replaced: look at the request before blocking (PollRx).
 	if rx.yieldNow() {
@@ -122,7 +141,7 @@ func (rx *rxEngine) read(p []byte) (int, error) {
 	for {
 		n, err := rx.conn.Read(p)
 		if n > 0 {
-			rx.progress()
+			rx.moved = true
 		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 			if n > 0 {
@@ -160,6 +179,7 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 	rx := c.rx
 	rx.settle()
 	rx.arm()
+	rx.stamp()
 	for {
 		var n int
 		var err error
@@ -186,7 +206,7 @@ func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 			n, err = rx.conn.Read(dst)
 		}
 		if n > 0 {
-			rx.progress()
+			rx.moved = true
 			return n, nil
 		}
 		if err == nil {

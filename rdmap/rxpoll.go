@@ -124,9 +124,13 @@ func (qp *QP) rxIdle() {
 }
 
 // monoNow is a monotonic clock in nanoseconds (since monoBase), for the
-// idle timer's bookkeeping: a step of the wall clock must not keep a
-// free engine unread.
+// idle timer's and the stall timeout's bookkeeping: a step of the wall
+// clock must not keep a free engine unread, nor end or spare a stalled
+// FPDU.
 func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// monoOf is monoNow's clock at t, a time from time.Now.
+func monoOf(t time.Time) int64 { return int64(t.Sub(monoBase)) }
 
 var monoBase = time.Now()
 
@@ -139,12 +143,22 @@ func (qp *QP) rxTakeBack() {
 
 // rxRelease gives the engine back (rxFree) and arms the idle timer. The
 // request to yield is the last holder's: the next one starts without it.
+// An engine given back with part of an FPDU buffered is stamped as a
+// read would stamp it (rxEngine.stamp): the next holder may read only
+// later.
 func (qp *QP) rxRelease() {
 	rx := &qp.rx
 	if rx.yield.Load() {
 		rx.yield.Store(false)
 	}
-	rx.freeSince.Store(monoNow())
+	now := monoNow()
+	if rx.moved {
+		rx.moved = false
+		if rx.stallTimeout > 0 && rx.partial() {
+			rx.progressAt = now
+		}
+	}
+	rx.freeSince.Store(now)
 	rx.owner.Store(rxFree)
 	// A pending timer (the common case) is seen with a load: a fire that
 	// clears idleArmed after it then sees rxFree (stored first) and
