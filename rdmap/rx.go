@@ -596,12 +596,13 @@ const rxRunMax = 1 << 30
 
 // fpdus receives up to max FPDUs (at least one): one as fpdu does and,
 // unless that one failed, the ones the reader already holds whole after
-// it (wholeRun). It returns how many it received, and the Terminate or
-// the error of the last. The engine checks between FPDUs, as its loop
-// does, whether the QP broke or it is to yield.
+// it (wholeRun; none when it holds no byte more). It returns how many it
+// received, and the Terminate or the error of the last. The engine
+// checks between FPDUs, as its loop does, whether the QP broke or it is
+// to yield.
 func (rx *rxEngine) fpdus(max int) (int, *termInfo, error) {
 	ti, err := rx.fpdu()
-	if err != nil || ti != nil || max <= 1 || rx.noWhole {
+	if err != nil || ti != nil || max <= 1 || rx.noWhole || !rx.rd.Partial() {
 		return 1, ti, err
 	}
 	rx.dropRefs()
