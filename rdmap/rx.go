@@ -227,6 +227,9 @@ type rxCounts struct {
 // publish adds the counters kept since the last call to the QP's stats.
 func (rx *rxEngine) publish() {
 	c, st := &rx.counts, &rx.qp.stats
+	if c.fpdus|c.direct|c.copied|c.driven == 0 {
+		return // nothing since the last call (bytes count with fpdus)
+	}
 	if c.fpdus != 0 {
 		st.rxFPDUs.Add(c.fpdus)
 		st.rxBytes.Add(c.bytes)
@@ -250,8 +253,14 @@ func (rx *rxEngine) publish() {
 // placed into (placing), so that fences on it no longer poke this
 // engine.
 func (rx *rxEngine) settle() {
-	rx.flushRecvs()
-	rx.publish()
+	if rx.nwcs != 0 {
+		rx.flushRecvs() // publishes first
+	} else {
+		if rx.rqPopped != rx.rqTaken {
+			rx.qp.rqPop()
+		}
+		rx.publish()
+	}
 	rx.releaseHeld()
 	if !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) && rx.placing.Load() != nil {
 		rx.placing.Store(nil)
@@ -423,10 +432,14 @@ func (rx *rxEngine) drain() error {
 func (rx *rxEngine) run() error { return rx.loop(false) }
 
 // runDriven is the receive loop of a driver (rxDrive): FPDUs until the
-// engine is to yield, the QP breaks (errHandoff: the receive goroutine
-// drains), or reading stops.
+// engine is to yield (nil, or errYield from a read a kick interrupted),
+// the QP breaks (errHandoff: the receive goroutine drains), or reading
+// stops.
 func (rx *rxEngine) runDriven() error { return rx.loop(true) }
 
+// loop is run's and runDriven's loop; a driven one that is to yield
+// returns nil (no error to compare on its way out: rxDrive), the receive
+// goroutine's errYield.
 func (rx *rxEngine) loop(driven bool) error {
 	qp := rx.qp
 	defer rx.settle()
@@ -438,6 +451,9 @@ func (rx *rxEngine) loop(driven bool) error {
 			return rx.drain()
 		}
 		if rx.yield.Load() {
+			if driven {
+				return nil
+			}
 			return errYield
 		}
 		n, ti, err := rx.fpdus(rxRunMax)
@@ -455,7 +471,7 @@ func (rx *rxEngine) loop(driven bool) error {
 			// next step would be a read, before which the completion is
 			// pushed and the driver asked to yield (settle, wakeBy).
 			// Yield now; the deferred settle pushes it.
-			return errYield
+			return nil
 		}
 	}
 }

@@ -172,7 +172,8 @@ func (qp *QP) rxRelease() {
 // waiter on cq with nothing to poll, until cq has a completion or ctx is
 // done (see above). It reports false when it could not take the engine
 // (then the caller waits as without PollRx; a receive goroutine holding
-// it has been asked to give it back).
+// it has been asked to give it back) or ctx is done (the caller then
+// returns ctx's error).
 func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	rx := &qp.rx
 	for !rx.owner.CompareAndSwap(rxFree, rxDriver) {
@@ -196,24 +197,27 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	}
 	cq.watch(ctx)
 	cq.driving.Store(qp)
+	// A completion pushed, or ctx done, before driving was stored woke
+	// nobody this driver would see: look first.
 	var err error
-	if cq.Len() > 0 || ctx.Err() != nil {
-		err = errYield
-	} else {
-		err = qp.guardRx(rx.drivenFn)
+	done := false
+	if cq.Len() == 0 {
+		if done = ctx.Err() != nil; !done {
+			err = qp.guardRx(rx.drivenFn)
+		}
 	}
 	cq.driving.Store(nil)
-	switch err {
-	case errYield:
+	switch {
+	case err == nil || err == errYield:
 		qp.rxRelease()
-	case errHandoff:
+	case err == errHandoff:
 		rx.owner.Store(rxGoroutine)
 		go qp.rxLoop(rx.conn)
 	default:
 		rx.owner.Store(rxStopped)
 		go qp.rxFinal(rx.conn, err)
 	}
-	return true
+	return !done
 }
 
 // rxYielded ends a receive goroutine that gave the engine back: a waiter
