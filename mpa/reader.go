@@ -477,7 +477,42 @@ func (rd *Reader) Fill() error {
 	if rd.in || rd.cfg.Markers || rd.w-rd.r >= LengthFieldLen {
 		return nil
 	}
+	if rd.r == rd.w && len(rd.pre) == 0 && !rd.big && rd.keepsBuf() {
+		// Nothing buffered, no read limit, and no buffer to borrow or
+		// give back (lend would keep the one in use): fillUpTo's first
+		// read (from the front, as much as the buffer holds), without
+		// its walk.
+		rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, 0, 0
+		m, err := rd.src.Read(rd.buf)
+		rd.drained = m < len(rd.buf)
+		rd.w = m
+		if m >= LengthFieldLen {
+			return nil
+		}
+		if err != nil {
+			if err == io.EOF && m > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		// Less than the length field: fillUpTo reads on (counting
+		// empty reads from there).
+	}
 	return rd.fill(LengthFieldLen)
+}
+
+// keepsBuf reports whether lend, before a read for the length field with
+// nothing buffered, would leave the buffer as it is: no ReaderConfig.Buffers,
+// or the small array with room and the source drained, or a lent buffer
+// while the source is not.
+func (rd *Reader) keepsBuf() bool {
+	if rd.cfg.Buffers == nil {
+		return true
+	}
+	if rd.lent == nil {
+		return rd.drained && rd.r+LengthFieldLen <= len(rd.buf)
+	}
+	return !rd.drained
 }
 
 // Header makes the first n bytes of the current ULPDU available, reading
