@@ -501,18 +501,15 @@ func (rd *Reader) Fill() error {
 	return rd.fill(LengthFieldLen)
 }
 
-// keepsBuf reports whether lend, before a read for the length field with
-// nothing buffered, would leave the buffer as it is: no ReaderConfig.Buffers,
-// or the small array with room and the source drained, or a lent buffer
-// while the source is not.
+// keepsBuf reports that lend, before a read for the length field with
+// nothing buffered, would leave the buffer as it is: there is no
+// ReaderConfig.Buffers, or the small array is in use, with room, and the
+// source drained (a lent buffer is left to lend, which may give it back).
 func (rd *Reader) keepsBuf() bool {
 	if rd.cfg.Buffers == nil {
 		return true
 	}
-	if rd.lent == nil {
-		return rd.drained && rd.r+LengthFieldLen <= len(rd.buf)
-	}
-	return !rd.drained
+	return rd.lent == nil && rd.drained && rd.r+LengthFieldLen <= len(rd.buf)
 }
 
 // Header makes the first n bytes of the current ULPDU available, reading

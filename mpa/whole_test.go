@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -321,3 +322,97 @@ func (o *onceReader) Read(p []byte) (int, error) {
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// TestReaderFillRandom: Fill (with Whole after it) makes the reads Next
+// alone makes, over random streams of FPDUs of random sizes cut into
+// random reads, some of exactly what the buffer has room for (so that a
+// read fills it and the source does not look drained), with and without
+// CRC and a lending pool.
+func TestReaderFillRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 300 {
+		crc, lend := iter%2 == 1, iter%4 >= 2
+		var ulpdus [][]byte
+		var stream []byte
+		for range 1 + rng.IntN(40) {
+			n := 18 + rng.IntN(200)
+			switch rng.IntN(8) {
+			case 0:
+				n = 18 + rng.IntN(30000)
+			case 1:
+				n = mpa.ReaderSmallLen - 8 // its FPDU fills the small array
+			}
+			u := make([]byte, n)
+			for i := range u {
+				u[i] = byte(rng.Uint32())
+			}
+			ulpdus = append(ulpdus, u)
+			stream = mpa.AppendFPDU(stream, u[:18], u[18:], crc)
+		}
+		var chunks [][]byte
+		for rest := stream; len(rest) > 0; {
+			var k int
+			switch rng.IntN(6) {
+			case 0:
+				k = mpa.ReaderSmallLen
+			case 1:
+				k = mpa.ReaderBufSize
+			case 2:
+				k = 1 + rng.IntN(4)
+			default:
+				k = 1 + rng.IntN(3000)
+			}
+			k = min(k, len(rest))
+			chunks = append(chunks, rest[:k])
+			rest = rest[k:]
+		}
+		run := func(fill bool) []string {
+			src := &logVecReader{queueVecReader: queueVecReader{queueReader: queueReader{chunks: slices.Clone(chunks)}}}
+			cfg := mpa.ReaderConfig{CRC: crc}
+			if lend {
+				cfg.Buffers = &lendPool{t: t}
+			}
+			rd := mpa.NewReader(src, nil, cfg)
+			p := &countPlacer{t: t}
+			for i, want := range ulpdus {
+				for {
+					if fill {
+						if err := rd.Fill(); err != nil {
+							t.Fatalf("iter %d: Fill: %v", iter, err)
+						}
+						if u, ok, err := rd.Whole(); ok {
+							if err != nil || !bytes.Equal(u, want) {
+								t.Fatalf("iter %d: Whole %d: %v", iter, i, err)
+							}
+							break
+						}
+					}
+					n, err := rd.Next()
+					if err != nil || n != len(want) {
+						t.Fatalf("iter %d: Next %d = %d, %v", iter, i, n, err)
+					}
+					got := make([]byte, n)
+					h, err := rd.Header(18)
+					if err != nil {
+						t.Fatal(err)
+					}
+					copy(got, h)
+					if err := rd.Place(got[18:], p); err != nil {
+						t.Fatal(err)
+					}
+					if err := rd.Trailer(); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("iter %d: FPDU %d differs", iter, i)
+					}
+					break
+				}
+			}
+			return src.log
+		}
+		if plain, filled := run(false), run(true); !slices.Equal(plain, filled) {
+			t.Fatalf("iter %d (crc=%v lend=%v): reads with Fill\n%v\nwithout\n%v", iter, crc, lend, filled, plain)
+		}
+	}
+}
