@@ -375,38 +375,35 @@ func TestReaderFillRandom(t *testing.T) {
 			rd := mpa.NewReader(src, nil, cfg)
 			p := &countPlacer{t: t}
 			for i, want := range ulpdus {
-				for {
-					if fill {
-						if err := rd.Fill(); err != nil {
-							t.Fatalf("iter %d: Fill: %v", iter, err)
+				if fill {
+					if err := rd.Fill(); err != nil {
+						t.Fatalf("iter %d: Fill: %v", iter, err)
+					}
+					if u, ok, err := rd.Whole(); ok {
+						if err != nil || !bytes.Equal(u, want) {
+							t.Fatalf("iter %d: Whole %d: %v", iter, i, err)
 						}
-						if u, ok, err := rd.Whole(); ok {
-							if err != nil || !bytes.Equal(u, want) {
-								t.Fatalf("iter %d: Whole %d: %v", iter, i, err)
-							}
-							break
-						}
+						continue
 					}
-					n, err := rd.Next()
-					if err != nil || n != len(want) {
-						t.Fatalf("iter %d: Next %d = %d, %v", iter, i, n, err)
-					}
-					got := make([]byte, n)
-					h, err := rd.Header(18)
-					if err != nil {
-						t.Fatal(err)
-					}
-					copy(got, h)
-					if err := rd.Place(got[18:], p); err != nil {
-						t.Fatal(err)
-					}
-					if err := rd.Trailer(); err != nil {
-						t.Fatal(err)
-					}
-					if !bytes.Equal(got, want) {
-						t.Fatalf("iter %d: FPDU %d differs", iter, i)
-					}
-					break
+				}
+				n, err := rd.Next()
+				if err != nil || n != len(want) {
+					t.Fatalf("iter %d: Next %d = %d, %v", iter, i, n, err)
+				}
+				got := make([]byte, n)
+				h, err := rd.Header(18)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(got, h)
+				if err := rd.Place(got[18:], p); err != nil {
+					t.Fatal(err)
+				}
+				if err := rd.Trailer(); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("iter %d: FPDU %d differs", iter, i)
 				}
 			}
 			return src.log
