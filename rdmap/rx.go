@@ -686,23 +686,23 @@ func (rx *rxEngine) wholeRun(max int) (int, *termInfo) {
 }
 
 // runOne receives the FPDU with ULPDU u, taken whole and its CRC
-// checked, as a run of one (writeRun, sendRun) when their checks accept
-// it, leaving the region at once; false: nothing changed, the caller
-// receives it through whole.
+// checked, as a run of one when the checks of writeRun (leaving the
+// region at once) or of sendOne (sendRun's, without a run's region)
+// accept it; false: the caller receives it through whole.
 func (rx *rxEngine) runOne(u []byte) bool {
 	if len(u) < 2 {
 		return false
 	}
-	var w runRegion
-	ok := false
 	switch u[1] {
 	case writeCtrl:
-		ok = rx.writeRun(&w, u)
+		var w runRegion
+		ok := rx.writeRun(&w, u)
+		rx.leaveRun(&w)
+		return ok
 	case sendCtrl, sendSECtrl:
-		ok = rx.sendRun(&w, u)
+		return rx.sendOne(u)
 	}
-	rx.leaveRun(&w)
-	return ok
+	return false
 }
 
 // runRegion is the region a run is placing into (wholeRun): the region
@@ -893,6 +893,23 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	// left. The receive's completion is gathered last: should it fill
 	// the batch, the batch goes into the CQ outside the region.
 	copy(dst, u[ddp.UntaggedHeaderLen:])
+	rx.sendTaken(e, u, length)
+	if rx.nwcs+1 == len(rx.wcs) {
+		rx.leaveRun(w)
+	}
+	rx.gathered()
+	return true
+}
+
+// sendTaken leaves the engine as begin, TakeBuffer, beginSend, end and
+// completeRecv would have for the single-segment Send with ULPDU u whose
+// payload was placed into receive e (the next on the QP's own RQ) of
+// length bytes (sendRun, sendOne): the receive taken, the DDP state, the
+// FPDU's header and counters, and its completion written in place, for
+// the caller to count as gathered (rx.gathered).
+func (rx *rxEngine) sendTaken(e *rqEntry, u []byte, length uint64) {
+	h := ddp.Header(u[:ddp.UntaggedHeaderLen])
+	plen := len(u) - ddp.UntaggedHeaderLen
 	id := e.id
 	e.sge.MR = nil // takeAt's: the RQ holds no reference
 	rx.rqTaken++
@@ -906,13 +923,60 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
 	rx.recvInv = STag(h.RsvdULP32())
 	wc := &rx.wcs[rx.nwcs]
-	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: qp.qpn}
+	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: rx.qp.qpn}
 	if op == wire.OpSendSE {
 		wc.Flags = WCSolicited
 	}
-	if rx.nwcs+1 == len(rx.wcs) {
-		rx.leaveRun(w)
+}
+
+// sendOne receives, outside a run, the Send with ULPDU u (taken whole,
+// its CRC checked; its control byte a Send's or a Send with Solicited
+// Event's) when sendRun would accept it as a run of one, with the checks
+// whole would make (beginSend's: UntaggedSink.Message for Segment, Begin
+// and Fit, and MR.checkLocal of the receive's one SGE with the STag word
+// loaded first), without a run's region: its one placement fenced as
+// whole fences it (enterPlace .. leavePlace, against that word), the
+// region referenced as addRef would take it (the reference the engine
+// keeps, rx.held, or a new one when it keeps none). It then leaves the
+// engine as whole would have (sendTaken, the completion gathered). It
+// reports false, having changed nothing but the reference it may keep
+// for the region (rx.held, which whole's addRef then takes),
+// otherwise: the caller receives the FPDU through whole.
+func (rx *rxEngine) sendOne(u []byte) bool {
+	qp := rx.qp
+	if len(u) <= ddp.UntaggedHeaderLen || u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.Version1 || qp.srq != nil || rx.rqTaken == rx.rqAvail {
+		return false
 	}
+	h := ddp.Header(u[:ddp.UntaggedHeaderLen])
+	plen := len(u) - ddp.UntaggedHeaderLen
+	e := qp.rq.at(rx.rqTaken)
+	mr := e.sge.MR
+	if e.nsge != 1 || mr == nil || rx.held != mr && rx.held != nil {
+		return false
+	}
+	length := uint64(e.sge.Length)
+	if !rx.untagged.Message(h, wire.QNSend, plen, length) {
+		return false
+	}
+	want := mr.st.Load()
+	dst, ae := mr.checkLocal(qp.pd, AccessLocalWrite, e.sge.Offset, uint64(plen))
+	if ae != accessOK {
+		return false
+	}
+	if rx.held == nil {
+		// As sendRun: a region whose STag word checkLocal found valid
+		// still has its registration's reference.
+		if !mr.acquire() {
+			return false
+		}
+		rx.held = mr
+	}
+	if !rx.enterPlace(mr, want) {
+		return false
+	}
+	copy(dst, u[ddp.UntaggedHeaderLen:])
+	rx.leavePlace(mr)
+	rx.sendTaken(e, u, length)
 	rx.gathered()
 	return true
 }
