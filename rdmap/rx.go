@@ -893,7 +893,25 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	// left. The receive's completion is gathered last: should it fill
 	// the batch, the batch goes into the CQ outside the region.
 	copy(dst, u[ddp.UntaggedHeaderLen:])
-	rx.sendTaken(e, u, length)
+	// sendTaken's, written out: a call per FPDU of a run costs more
+	// than the lines.
+	id := e.id
+	e.sge.MR = nil // takeAt's: the RQ holds no reference
+	rx.rqTaken++
+	rx.untagged.Delivered(h, wire.QNSend, plen, length)
+	op := wire.OpSend
+	if u[1] == sendSECtrl {
+		op = wire.OpSendSE
+	}
+	rx.runHeader(u, ddp.UntaggedHeaderLen)
+	rx.cur.op, rx.cur.last = op, true
+	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
+	rx.recvInv = STag(h.RsvdULP32())
+	wc := &rx.wcs[rx.nwcs]
+	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: qp.qpn}
+	if op == wire.OpSendSE {
+		wc.Flags = WCSolicited
+	}
 	if rx.nwcs+1 == len(rx.wcs) {
 		rx.leaveRun(w)
 	}
@@ -904,9 +922,10 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 // sendTaken leaves the engine as begin, TakeBuffer, beginSend, end and
 // completeRecv would have for the single-segment Send with ULPDU u whose
 // payload was placed into receive e (the next on the QP's own RQ) of
-// length bytes (sendRun, sendOne): the receive taken, the DDP state, the
-// FPDU's header and counters, and its completion written in place, for
-// the caller to count as gathered (rx.gathered).
+// length bytes (sendOne; sendRun has the same lines in place): the
+// receive taken, the DDP state, the FPDU's header and counters, and its
+// completion written in place, for the caller to count as gathered
+// (rx.gathered).
 func (rx *rxEngine) sendTaken(e *rqEntry, u []byte, length uint64) {
 	h := ddp.Header(u[:ddp.UntaggedHeaderLen])
 	plen := len(u) - ddp.UntaggedHeaderLen
