@@ -146,7 +146,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if closed {
 			return ErrClosed
 		}
-		if qp := cq.poll.Load(); qp != nil && qp.rxDrive(cq, ctx) {
+		if qp := cq.poll.Load(); qp != nil && ctx.Err() == nil && qp.rxDrive(cq, ctx) {
 			continue // the QP's receive ran here (PollRx): look again
 		}
 		select {

@@ -172,8 +172,7 @@ func (qp *QP) rxRelease() {
 // waiter on cq with nothing to poll, until cq has a completion or ctx is
 // done (see above). It reports false when it could not take the engine
 // (then the caller waits as without PollRx; a receive goroutine holding
-// it has been asked to give it back) or ctx is done (the caller then
-// returns ctx's error).
+// it has been asked to give it back).
 func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	rx := &qp.rx
 	for !rx.owner.CompareAndSwap(rxFree, rxDriver) {
@@ -199,12 +198,9 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	cq.driving.Store(qp)
 	// A completion pushed, or ctx done, before driving was stored woke
 	// nobody this driver would see: look first.
-	var err error
-	done := false
-	if cq.Len() == 0 {
-		if done = ctx.Err() != nil; !done {
-			err = qp.guardRx(rx.drivenFn)
-		}
+	var err error // nil: the engine yields
+	if cq.Len() == 0 && ctx.Err() == nil {
+		err = qp.guardRx(rx.drivenFn)
 	}
 	cq.driving.Store(nil)
 	switch {
@@ -217,7 +213,7 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 		rx.owner.Store(rxStopped)
 		go qp.rxFinal(rx.conn, err)
 	}
-	return !done
+	return true
 }
 
 // rxYielded ends a receive goroutine that gave the engine back: a waiter
