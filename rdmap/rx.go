@@ -515,8 +515,8 @@ func (p *rxPlace) Leave() {
 // when nothing is buffered, the read Next would make comes first
 // (Reader.Fill: the same read, so a large payload still goes straight
 // into memory), and the small FPDU it brings all of is taken whole too;
-// a Write or single-segment Send that writeRun's or sendRun's checks
-// accept as a run of one, the rest through whole.
+// a Write or single-segment Send that writeRun's or sendOne's checks
+// accept as a run of one (runOne), the rest through whole.
 func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rd := rx.rd
 	if !rx.noWhole {
@@ -983,8 +983,8 @@ func (rx *rxEngine) sendOne(u []byte) bool {
 		return false
 	}
 	if rx.held == nil {
-		// As sendRun: a region whose STag word checkLocal found valid
-		// still has its registration's reference.
+		// Kept as dropRef keeps it. It fails only for a region
+		// deregistered since checkLocal, which whole then answers.
 		if !mr.acquire() {
 			return false
 		}
@@ -993,6 +993,9 @@ func (rx *rxEngine) sendOne(u []byte) bool {
 	if !rx.enterPlace(mr, want) {
 		return false
 	}
+	// The payload first, as sendRun: should the copy fault (guardRx),
+	// the receive is still posted, to be flushed, and the FPDU not
+	// counted.
 	copy(dst, u[ddp.UntaggedHeaderLen:])
 	rx.leavePlace(mr)
 	rx.sendTaken(e, u, length)
