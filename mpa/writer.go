@@ -35,6 +35,12 @@ const (
 	// less for payloads of 64 to 512 bytes, no difference at 1 KiB, 23%
 	// more at 2 KiB, where the second copy outweighs the two iovecs saved.
 	WriterCopyLen = 512
+	// WriterSmallLen is the size of the array a Writer holds of its own
+	// for a batch that a Run starts (see Writer): it holds a whole FPDU
+	// of a ULPDU of up to 502 bytes (a Send of 484 payload bytes), so
+	// that a batch of one small FPDU (a direct send) borrows, clears and
+	// gives back no arena or buffer.
+	WriterSmallLen = 512
 	// defaultMaxHeader is WriterConfig.MaxHeader when it is zero.
 	defaultMaxHeader = 128
 )
@@ -117,6 +123,15 @@ type WriterConfig struct {
 //
 //	batch buffer: [len|hdr|payload|pad|CRC][len|hdr|payload|pad|CRC]...
 //
+// An empty batch that a Run for one FPDU starts (BeginRun(1), AddFPDU;
+// without markers) is laid out in the Writer's own array of
+// WriterSmallLen bytes (its scratch arena and one iovec without CRC, its
+// batch buffer with CRC) and moves to a borrowed arena or buffer, copied
+// there, only when it grows past one run for one FPDU: a Run for more,
+// or any other call that adds to the batch (Begin, FPDU, AddFPDU of an
+// FPDU small has no room for). A batch of one small FPDU, the direct
+// send of an idle QP, borrows nothing.
+//
 // Markers are placed with the layout functions of InsertMarkers, so a
 // Writer's stream equals the one Framer (and InsertMarkers) build. A
 // Writer must be used from one goroutine; its zero value is ready after
@@ -139,6 +154,14 @@ type Writer struct {
 	// array of the batch lent together (zeroCopyPool), which scratchp and
 	// iovp then point into.
 	arena *writerArena
+
+	// onSmall: the batch is in small (a Run for one FPDU started it: see Writer),
+	// without CRC scratch in small and iov in smallIOV (at most one
+	// iovec, the open one: only EndRun adds to such a batch), with CRC
+	// batch in small (buf nil). promote moves it out.
+	onSmall  bool
+	small    [WriterSmallLen]byte
+	smallIOV [1][]byte
 
 	batchBytes int // bytes in the batch
 	fpdus      int // FPDUs in the batch
@@ -216,8 +239,13 @@ type writerArena struct {
 }
 
 // borrow takes the batch's scratch arena (when WriterConfig.Scratch was
-// empty) and, without CRC, its iovec array.
+// empty) and, without CRC, its iovec array; a batch without CRC in small
+// moves there (promote; with CRC takeBuf moves it).
 func (w *Writer) borrow() {
+	if w.onSmall && !w.crc {
+		w.promote(len(w.scratch))
+		return
+	}
 	if w.scratch == nil && !w.crc && w.iovp == nil {
 		a := zeroCopyPool.Get().(*writerArena)
 		w.arena, w.scratchp, w.iovp = a, &a.scratch, &a.iov
@@ -234,9 +262,43 @@ func (w *Writer) borrow() {
 	}
 }
 
+// promote moves a batch in small (onSmall) to a borrowed arena and iovec
+// array (without CRC) or a batch buffer (with CRC), copying its first
+// live bytes (the batch and, from a Run, the FPDUs it laid out so far).
+func (w *Writer) promote(live int) {
+	w.onSmall = false
+	if w.crc {
+		n := len(w.batch)
+		w.batch = nil
+		w.takeBuf()
+		copy(w.batch[:live], w.small[:live])
+		w.batch = w.batch[:n]
+		return
+	}
+	n, iovs := len(w.scratch), len(w.iov)
+	a := zeroCopyPool.Get().(*writerArena)
+	w.arena, w.scratchp, w.iovp = a, &a.scratch, &a.iov
+	w.scratch = a.scratch[:live]
+	copy(w.scratch, w.small[:live])
+	w.scratch = w.scratch[:n]
+	// The one iovec is the open one, rebuilt from scrStart and scrEnd by
+	// syncIOV.
+	w.iov = a.iov[:iovs]
+	if iovs > 0 {
+		w.iov[0] = nil
+	}
+	w.smallIOV[0] = nil
+}
+
 // Reset empties the batch, giving its buffers back; the stream position
 // stays.
 func (w *Writer) Reset() {
+	if w.onSmall {
+		// Nothing borrowed.
+		w.onSmall = false
+		w.smallIOV[0] = nil
+		w.scratch, w.iov, w.batch = nil, nil, nil
+	}
 	if w.buf != nil {
 		w.buffers.Put(w.buf)
 		w.buf, w.batch = nil, nil
@@ -307,7 +369,7 @@ func (w *Writer) Room(ulen, pieces int) bool {
 		}
 	}
 	scratchCap := cap(w.scratch)
-	if w.scratch == nil {
+	if w.scratch == nil || w.onSmall {
 		scratchCap = WriterScratchLen // borrowed by Begin
 	}
 	if len(w.scratch)+needScratch > scratchCap || len(w.iov)+needIOV > WriterMaxIOV {
@@ -409,7 +471,7 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 // MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 	if len(hdr) <= w.maxHeader {
-		r := w.BeginRun()
+		r := w.BeginRun(1)
 		if b := r.Next(len(hdr) + len(payload)); b != nil {
 			putHeader(b, hdr)
 			copy(b[len(hdr):], payload)
@@ -448,14 +510,25 @@ type Run struct {
 	max   int    // the longest ULPDU the run takes
 }
 
-// BeginRun opens a run on the batch's free space. A batch's first run
-// borrows the batch's arena or buffer, as Begin would.
-func (w *Writer) BeginRun() Run {
+// BeginRun opens a run on the batch's free space for about n FPDUs (a
+// hint). A run for one FPDU (n <= 1) on an empty batch, or on a batch in
+// the Writer's small array, opens there (see Writer): Next refuses what
+// small has no room for, and the caller's AddFPDU moves the batch out.
+// Any other run borrows the batch's arena or buffer, as Begin would,
+// moving a batch in small there first.
+func (w *Writer) BeginRun(n int) Run {
 	var free []byte
 	switch {
 	case w.join:
-		if w.scratch == nil || w.iovp == nil {
-			w.borrow() // a batch's first FPDU (every direct send): a pooled arena has room
+		switch {
+		case n <= 1 && (w.scratch == nil || w.onSmall):
+			if w.scratch == nil {
+				// An empty batch with nothing borrowed (WriterConfig.Scratch
+				// empty).
+				w.scratch, w.iov, w.onSmall = w.small[:0], w.smallIOV[:0], true
+			}
+		case w.scratch == nil || w.iovp == nil:
+			w.borrow() // a batch's first FPDU, or one in small
 		}
 		s := len(w.scratch)
 		if s != w.scrEnd && len(w.iov) >= WriterMaxIOV {
@@ -464,7 +537,14 @@ func (w *Writer) BeginRun() Run {
 		free = w.scratch[s:min(cap(w.scratch), s+max(0, WriterMaxBytes-w.batchBytes))]
 		return Run{free: free, size: len(free), max: w.maxHeader + writerCopyLen}
 	case w.crc && !w.markers:
-		w.takeBuf()
+		switch {
+		case n <= 1 && w.buf == nil:
+			if !w.onSmall {
+				w.batch, w.onSmall = w.small[:0], true // an empty batch
+			}
+		default:
+			w.takeBuf() // moves a batch in small
+		}
 		s := len(w.batch)
 		free = w.batch[s:min(cap(w.batch), s+max(0, WriterMaxBytes-w.batchBytes))]
 		return Run{free: free, size: len(free), max: copyChunk}
@@ -615,8 +695,12 @@ func (w *Writer) put(p []byte) {
 }
 
 // takeBuf takes the batch buffer (with CRC) from the pool, unless the
-// batch has it.
+// batch has it; a batch in small moves there (promote).
 func (w *Writer) takeBuf() {
+	if w.onSmall {
+		w.promote(len(w.batch))
+		return
+	}
 	if w.buf == nil {
 		w.buf = w.buffers.Get()
 		if cap(*w.buf) < WriterBufLen {

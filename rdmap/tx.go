@@ -46,8 +46,10 @@ const maxCtrlHdr = 18 + 64
 
 // The send engine's buffers: the FPDU writer's batch buffers with CRC
 // (sendBufPool) and its scratch arena and iovec array (package mpa's
-// pool), which the writer takes when a batch gets its first FPDU and
-// gives back when the batch is written (or the QP ends), and the lists of
+// pool), which the writer takes when a batch gets its first FPDU (a
+// batch of one small FPDU, a direct send's, stays in the writer's own
+// small array and takes neither) and gives back when the batch is
+// written (or the QP ends), and the lists of
 // memory references to drop after a write (refPool for work requests,
 // releasePool for Read Responses), taken with the first reference and
 // given back once they are dropped: the buffers in use are bounded by
@@ -1072,8 +1074,10 @@ func (qp *QP) txEmitSmall() bool {
 	}
 	e, idx, end := t.wr, t.wrIdx, t.runEnd
 	full := false
-	// The Run opens at the first small message (BeginRun takes the
-	// batch's arena or buffer: a job that sends nothing must not).
+	// The Run opens at the first small message (BeginRun may take the
+	// batch's arena or buffer: a job that sends nothing must not), for
+	// the run's requests from there on (a run of one, a direct send's,
+	// stays in the writer's small array when it fits there).
 	var run mpa.Run
 	open := false
 	for !qp.broken.Load() {
@@ -1092,7 +1096,7 @@ func (qp *QP) txEmitSmall() bool {
 		// The job's cursor is at the start of every message here (msgOff
 		// and sgeOff 0): e is framed as its first and last segment.
 		if !open {
-			run, open = t.w.BeginRun(), true
+			run, open = t.w.BeginRun(int(end-idx)), true
 		}
 		if b := run.Next(hlen + n); b != nil {
 			if op == wire.OpWrite {
