@@ -621,21 +621,32 @@ func (qp *QP) txWritten() bool {
 	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
-		ok := qp.sweepWrittenLocked(t.queuedUpTo)
-		// What the sweep did not reach (behind a Read or atomic waiting
-		// for its response) is marked done for a later sweep.
-		for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
-			if e := qp.sq.at(i); e.state == sqActive {
-				e.state = sqDone
-			}
-		}
-		t.completedUpTo = t.queuedUpTo
+		ok := qp.txWrittenLocked()
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
 		}
 	}
 	return done
+}
+
+// txWrittenLocked is txWritten's work under sqMu: it completes the work
+// requests from completedUpTo to queuedUpTo and reports false if the
+// send CQ overflowed (the caller tells the CQ after releasing sqMu).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txWrittenLocked() bool {
+	t := &qp.tx
+	ok := qp.sweepWrittenLocked(t.queuedUpTo)
+	// What the sweep did not reach (behind a Read or atomic waiting for
+	// its response) is marked done for a later sweep.
+	for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
+		if e := qp.sq.at(i); e.state == sqActive {
+			e.state = sqDone
+		}
+	}
+	t.completedUpTo = t.queuedUpTo
+	return ok
 }
 
 // awaitsResponse reports whether a work request of op completes when
