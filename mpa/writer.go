@@ -180,6 +180,7 @@ type Writer struct {
 	spare    int
 	// A batch partly written (Wrote): zero copy, iov[iovHead:] is the
 	// rest (iov[iovHead] trimmed in place); copy mode, batch[batchOff:].
+	// batchOff is the bytes Wrote has recorded, in both modes.
 	iovHead  int
 	batchOff int
 	pend     [1][]byte // copy mode: Pending's result
@@ -521,12 +522,12 @@ func (w *Writer) BeginRun(n int) Run {
 	switch {
 	case w.join:
 		switch {
-		case n <= 1 && (w.scratch == nil || w.onSmall):
-			if w.scratch == nil {
-				// An empty batch with nothing borrowed (WriterConfig.Scratch
-				// empty).
-				w.scratch, w.iov, w.onSmall = w.small[:0], w.smallIOV[:0], true
-			}
+		case n <= 1 && w.scratch == nil:
+			// An empty batch with nothing borrowed (WriterConfig.Scratch
+			// empty): the run is all of small.
+			w.scratch, w.iov, w.onSmall = w.small[:0], w.smallIOV[:0], true
+			return Run{free: w.small[:], size: WriterSmallLen, max: w.maxHeader + writerCopyLen}
+		case n <= 1 && w.onSmall:
 		case w.scratch == nil || w.iovp == nil:
 			w.borrow() // a batch's first FPDU, or one in small
 		}
@@ -758,11 +759,17 @@ func (w *Writer) Pending() [][]byte {
 // Flush does, and reports true; otherwise the rest stays for Pending, a
 // later Wrote or Flush, and the batch counts as not Empty.
 func (w *Writer) Wrote(n int) bool {
+	w.batchOff += n
 	if w.crc {
-		w.batchOff += n
 		if w.batchOff < len(w.batch) {
 			return false
 		}
+		w.Reset()
+		return true
+	}
+	if w.batchOff >= w.batchBytes {
+		// The whole batch (batchBytes is the sum of its iovecs): nothing
+		// to trim.
 		w.Reset()
 		return true
 	}

@@ -266,7 +266,10 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 	}
 	switch {
 	case t.refs == nil:
-		t.refs = t.ref1[:0:1]
+		// The first reference (every direct send's): in ref1.
+		t.ref1[0] = txRef{mr: mr, upTo: idx + 1}
+		t.refs = t.ref1[:]
+		return true
 	case t.refsp == nil && len(t.refs) == cap(t.refs):
 		// A second reference: the list moves from ref1 to a pooled array.
 		t.refsp = refPool.Get().(*[]txRef)
@@ -281,6 +284,16 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 // dropRefs releases the references of the work requests wholly written
 // (upTo <= queuedUpTo), or all of them.
 func (t *txEngine) dropRefs(all bool) {
+	if t.refsp == nil && len(t.refs) == 1 {
+		// One reference, in ref1 (refsHead 0: see below), the common
+		// batch's.
+		if all || t.refs[0].upTo <= t.queuedUpTo {
+			t.refs[0].mr.release()
+			t.refs[0] = txRef{}
+			t.refs = nil
+		}
+		return
+	}
 	for t.refsHead < len(t.refs) && (all || t.refs[t.refsHead].upTo <= t.queuedUpTo) {
 		t.refs[t.refsHead].mr.release()
 		t.refs[t.refsHead] = txRef{}
@@ -792,13 +805,18 @@ func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
 		return nil, false
 	}
 	e := qp.sq.at(qp.sqNext)
+	return e, qp.sqEntryRunnableLocked(e)
+}
+
+// sqEntryRunnableLocked is sqRunnableLocked's rule for e, the SQ entry
+// at sqNext.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sqEntryRunnableLocked(e *sqEntry) bool {
 	if e.fence && !qp.orq.empty() {
-		return e, false
+		return false
 	}
-	if awaitsResponse(e.op) && qp.orq.limit > 0 && qp.orq.full() {
-		return e, false
-	}
-	return e, true
+	return !awaitsResponse(e.op) || qp.orq.limit == 0 || !qp.orq.full()
 }
 
 // txStartLocked starts work request e (SQ index idx), in SQ order: it

@@ -217,7 +217,7 @@ func directOp(op WROpcode) bool {
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectFitsLocked(e *sqEntry) bool {
-	if _, ok := qp.sqRunnableLocked(); !ok {
+	if !qp.sqEntryRunnableLocked(e) {
 		return false
 	}
 	switch e.op {
