@@ -36,11 +36,11 @@ const (
 	// more at 2 KiB, where the second copy outweighs the two iovecs saved.
 	WriterCopyLen = 512
 	// WriterSmallLen is the size of the array a Writer holds of its own
-	// for a batch that a Run starts (see Writer): it holds a whole FPDU
-	// of a ULPDU of up to 502 bytes (a Send of 484 payload bytes), so
-	// that a batch of one small FPDU (a direct send) borrows, clears and
-	// gives back no arena or buffer.
-	WriterSmallLen = 512
+	// for a batch that a Run for one FPDU starts (see Writer): a whole
+	// FPDU of a ULPDU of up to 634 bytes, every FPDU a Run takes when
+	// MaxHeader is at most 122 bytes, so that a batch of one small FPDU
+	// (a direct send) borrows, clears and gives back no arena or buffer.
+	WriterSmallLen = 640
 	// defaultMaxHeader is WriterConfig.MaxHeader when it is zero.
 	defaultMaxHeader = 128
 )
@@ -295,10 +295,14 @@ func (w *Writer) promote(live int) {
 // stays.
 func (w *Writer) Reset() {
 	if w.onSmall {
-		// Nothing borrowed.
+		// Nothing borrowed (with CRC, scratch is as without small).
 		w.onSmall = false
-		w.smallIOV[0] = nil
-		w.scratch, w.iov, w.batch = nil, nil, nil
+		if w.crc {
+			w.batch = nil
+		} else {
+			w.smallIOV[0] = nil
+			w.scratch, w.iov = nil, nil
+		}
 	}
 	if w.buf != nil {
 		w.buffers.Put(w.buf)
@@ -370,8 +374,8 @@ func (w *Writer) Room(ulen, pieces int) bool {
 		}
 	}
 	scratchCap := cap(w.scratch)
-	if w.scratch == nil || w.onSmall {
-		scratchCap = WriterScratchLen // borrowed by Begin
+	if w.scratch == nil || (w.onSmall && w.join) {
+		scratchCap = WriterScratchLen // borrowed by Begin (a batch in small moves there)
 	}
 	if len(w.scratch)+needScratch > scratchCap || len(w.iov)+needIOV > WriterMaxIOV {
 		return false

@@ -179,3 +179,21 @@ func (s *sinkWriter) Write(p []byte) (int, error) {
 	s.b = append(s.b, p...)
 	return len(p), nil
 }
+
+// TestWriterSmallOwnScratch: with CRC, a batch in small still measures
+// headers against the caller's Scratch, not the arena a Writer without
+// one would borrow, and its Reset keeps the Scratch.
+func TestWriterSmallOwnScratch(t *testing.T) {
+	var w Writer
+	w.Init(WriterConfig{CRC: true, MaxHeader: 18, Scratch: make([]byte, 0, 20)})
+	if !w.AddFPDU(make([]byte, 18), make([]byte, 64)) || !w.onSmall {
+		t.Fatal("a small FPDU did not go into small")
+	}
+	if w.Room(100, 1) {
+		t.Fatal("Room counted scratch beyond the caller's Scratch")
+	}
+	w.Reset()
+	if w.scratch == nil || cap(w.scratch) != 20 {
+		t.Fatal("Reset of a batch in small dropped the caller's Scratch")
+	}
+}
