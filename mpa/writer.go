@@ -74,9 +74,10 @@ type WriterConfig struct {
 	// its capacity bounds what one batch holds of them. The Writer uses
 	// it from Init until Release. Empty, the Writer borrows an arena of
 	// WriterScratchLen bytes from a pool shared by all Writers when a
-	// batch gets its first FPDU (Begin) and gives it back when the batch
-	// is written or reset (Flush, Reset, Release): an idle Writer holds
-	// none.
+	// batch gets its first FPDU (Begin; a batch in the Writer's small
+	// array, see Writer, only when it moves out) and gives it back when
+	// the batch is written or reset (Flush, Reset, Release): an idle
+	// Writer holds none.
 	Scratch []byte
 	// Buffers lends the batch buffers with CRC. Nil, the Writer allocates
 	// one the first time it needs it and keeps it.
@@ -118,8 +119,9 @@ type WriterConfig struct {
 // out with one write of that buffer, so the CRC covers exactly the bytes
 // on the wire even when the payload's memory changes meanwhile, and
 // Payload's slices need stay valid only until it returns. The buffer is
-// taken when the batch gets its first byte and given back when it is
-// written or reset: an idle Writer holds none.
+// taken when the batch gets its first byte (or moves out of the small
+// array, below) and given back when it is written or reset: an idle
+// Writer holds none.
 //
 //	batch buffer: [len|hdr|payload|pad|CRC][len|hdr|payload|pad|CRC]...
 //
