@@ -175,7 +175,13 @@ func (qp *QP) txDirectRun() bool {
 // unwound it.
 func (qp *QP) txDirectBuild() (bool, error) {
 	t := &qp.tx
-	t.w.Reset()
+	// The batch before was written whole (Wrote reset it) or dropped
+	// (Reset), or held nothing; Reset is for what nothing should leave
+	// (an empty batch's bookkeeping is as Reset leaves it, and an arena
+	// it may hold serves this batch and goes back when it is written).
+	if !t.w.Empty() {
+		t.w.Reset()
+	}
 	if (t.job != jobNone || qp.txPick()) && qp.txEmitSmall() && t.job != jobNone {
 		qp.txEmit()
 	}
