@@ -35,6 +35,12 @@ const (
 	// less for payloads of 64 to 512 bytes, no difference at 1 KiB, 23%
 	// more at 2 KiB, where the second copy outweighs the two iovecs saved.
 	WriterCopyLen = 512
+	// WriterSmallLen is the size of the array a Writer holds of its own
+	// for a batch that a Run for one FPDU starts (see Writer): a whole
+	// FPDU of a ULPDU of up to 634 bytes, every FPDU a Run takes when
+	// MaxHeader is at most 122 bytes, so that a batch of one small FPDU
+	// (a direct send) borrows, clears and gives back no arena or buffer.
+	WriterSmallLen = 640
 	// defaultMaxHeader is WriterConfig.MaxHeader when it is zero.
 	defaultMaxHeader = 128
 )
@@ -68,9 +74,10 @@ type WriterConfig struct {
 	// its capacity bounds what one batch holds of them. The Writer uses
 	// it from Init until Release. Empty, the Writer borrows an arena of
 	// WriterScratchLen bytes from a pool shared by all Writers when a
-	// batch gets its first FPDU (Begin) and gives it back when the batch
-	// is written or reset (Flush, Reset, Release): an idle Writer holds
-	// none.
+	// batch gets its first FPDU (Begin; a batch in the Writer's small
+	// array, see Writer, only when it moves out) and gives it back when
+	// the batch is written or reset (Flush, Reset, Release): an idle
+	// Writer holds none.
 	Scratch []byte
 	// Buffers lends the batch buffers with CRC. Nil, the Writer allocates
 	// one the first time it needs it and keeps it.
@@ -112,10 +119,20 @@ type WriterConfig struct {
 // out with one write of that buffer, so the CRC covers exactly the bytes
 // on the wire even when the payload's memory changes meanwhile, and
 // Payload's slices need stay valid only until it returns. The buffer is
-// taken when the batch gets its first byte and given back when it is
-// written or reset: an idle Writer holds none.
+// taken when the batch gets its first byte (or moves out of the small
+// array, below) and given back when it is written or reset: an idle
+// Writer holds none.
 //
 //	batch buffer: [len|hdr|payload|pad|CRC][len|hdr|payload|pad|CRC]...
+//
+// An empty batch that a Run for one FPDU starts (BeginRun(1), AddFPDU;
+// without markers) is laid out in the Writer's own array of
+// WriterSmallLen bytes (its scratch arena and one iovec without CRC, its
+// batch buffer with CRC) and moves to a borrowed arena or buffer, copied
+// there, only when it grows past one run for one FPDU: a Run for more,
+// or any other call that adds to the batch (Begin, FPDU, AddFPDU of an
+// FPDU small has no room for). A batch of one small FPDU, the direct
+// send of an idle QP, borrows nothing.
 //
 // Markers are placed with the layout functions of InsertMarkers, so a
 // Writer's stream equals the one Framer (and InsertMarkers) build. A
@@ -140,6 +157,14 @@ type Writer struct {
 	// iovp then point into.
 	arena *writerArena
 
+	// onSmall: the batch is in small (a Run for one FPDU started it: see Writer),
+	// without CRC scratch in small and iov in smallIOV (at most one
+	// iovec, the open one: only EndRun adds to such a batch), with CRC
+	// batch in small (buf nil). promote moves it out.
+	onSmall  bool
+	small    [WriterSmallLen]byte
+	smallIOV [1][]byte
+
 	batchBytes int // bytes in the batch
 	fpdus      int // FPDUs in the batch
 
@@ -157,6 +182,7 @@ type Writer struct {
 	spare    int
 	// A batch partly written (Wrote): zero copy, iov[iovHead:] is the
 	// rest (iov[iovHead] trimmed in place); copy mode, batch[batchOff:].
+	// batchOff is the bytes Wrote has recorded, in both modes.
 	iovHead  int
 	batchOff int
 	pend     [1][]byte // copy mode: Pending's result
@@ -216,8 +242,13 @@ type writerArena struct {
 }
 
 // borrow takes the batch's scratch arena (when WriterConfig.Scratch was
-// empty) and, without CRC, its iovec array.
+// empty) and, without CRC, its iovec array; a batch without CRC in small
+// moves there (promote; with CRC takeBuf moves it).
 func (w *Writer) borrow() {
+	if w.onSmall && !w.crc {
+		w.promote(len(w.scratch))
+		return
+	}
 	if w.scratch == nil && !w.crc && w.iovp == nil {
 		a := zeroCopyPool.Get().(*writerArena)
 		w.arena, w.scratchp, w.iovp = a, &a.scratch, &a.iov
@@ -234,9 +265,47 @@ func (w *Writer) borrow() {
 	}
 }
 
+// promote moves a batch in small (onSmall) to a borrowed arena and iovec
+// array (without CRC) or a batch buffer (with CRC), copying its first
+// live bytes (the batch and, from a Run, the FPDUs it laid out so far).
+func (w *Writer) promote(live int) {
+	w.onSmall = false
+	if w.crc {
+		n := len(w.batch)
+		w.batch = nil
+		w.takeBuf()
+		copy(w.batch[:live], w.small[:live])
+		w.batch = w.batch[:n]
+		return
+	}
+	n, iovs := len(w.scratch), len(w.iov)
+	a := zeroCopyPool.Get().(*writerArena)
+	w.arena, w.scratchp, w.iovp = a, &a.scratch, &a.iov
+	w.scratch = a.scratch[:live]
+	copy(w.scratch, w.small[:live])
+	w.scratch = w.scratch[:n]
+	// The one iovec is the open one, rebuilt from scrStart and scrEnd by
+	// syncIOV.
+	w.iov = a.iov[:iovs]
+	if iovs > 0 {
+		w.iov[0] = nil
+	}
+	w.smallIOV[0] = nil
+}
+
 // Reset empties the batch, giving its buffers back; the stream position
 // stays.
 func (w *Writer) Reset() {
+	if w.onSmall {
+		// Nothing borrowed (with CRC, scratch is as without small).
+		w.onSmall = false
+		if w.crc {
+			w.batch = nil
+		} else {
+			w.smallIOV[0] = nil
+			w.scratch, w.iov = nil, nil
+		}
+	}
 	if w.buf != nil {
 		w.buffers.Put(w.buf)
 		w.buf, w.batch = nil, nil
@@ -307,8 +376,8 @@ func (w *Writer) Room(ulen, pieces int) bool {
 		}
 	}
 	scratchCap := cap(w.scratch)
-	if w.scratch == nil {
-		scratchCap = WriterScratchLen // borrowed by Begin
+	if w.scratch == nil || (w.onSmall && w.join) {
+		scratchCap = WriterScratchLen // borrowed by Begin (a batch in small moves there)
 	}
 	if len(w.scratch)+needScratch > scratchCap || len(w.iov)+needIOV > WriterMaxIOV {
 		return false
@@ -409,7 +478,7 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 // MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
 	if len(hdr) <= w.maxHeader {
-		r := w.BeginRun()
+		r := w.BeginRun(1)
 		if b := r.Next(len(hdr) + len(payload)); b != nil {
 			putHeader(b, hdr)
 			copy(b[len(hdr):], payload)
@@ -448,14 +517,25 @@ type Run struct {
 	max   int    // the longest ULPDU the run takes
 }
 
-// BeginRun opens a run on the batch's free space. A batch's first run
-// borrows the batch's arena or buffer, as Begin would.
-func (w *Writer) BeginRun() Run {
+// BeginRun opens a run on the batch's free space for about n FPDUs (a
+// hint). A run for one FPDU (n <= 1) on an empty batch, or on a batch in
+// the Writer's small array, opens there (see Writer): Next refuses what
+// small has no room for, and the caller's AddFPDU moves the batch out.
+// Any other run borrows the batch's arena or buffer, as Begin would,
+// moving a batch in small there first.
+func (w *Writer) BeginRun(n int) Run {
 	var free []byte
 	switch {
 	case w.join:
-		if w.scratch == nil || w.iovp == nil {
-			w.borrow() // a batch's first FPDU (every direct send): a pooled arena has room
+		switch {
+		case n <= 1 && w.scratch == nil:
+			// An empty batch with nothing borrowed (WriterConfig.Scratch
+			// empty): the run is all of small.
+			w.scratch, w.iov, w.onSmall = w.small[:0], w.smallIOV[:0], true
+			return Run{free: w.small[:], size: WriterSmallLen, max: w.maxHeader + writerCopyLen}
+		case n <= 1 && w.onSmall:
+		case w.scratch == nil || w.iovp == nil:
+			w.borrow() // a batch's first FPDU, or one in small
 		}
 		s := len(w.scratch)
 		if s != w.scrEnd && len(w.iov) >= WriterMaxIOV {
@@ -464,7 +544,14 @@ func (w *Writer) BeginRun() Run {
 		free = w.scratch[s:min(cap(w.scratch), s+max(0, WriterMaxBytes-w.batchBytes))]
 		return Run{free: free, size: len(free), max: w.maxHeader + writerCopyLen}
 	case w.crc && !w.markers:
-		w.takeBuf()
+		switch {
+		case n <= 1 && w.buf == nil:
+			if !w.onSmall {
+				w.batch, w.onSmall = w.small[:0], true // an empty batch
+			}
+		default:
+			w.takeBuf() // moves a batch in small
+		}
 		s := len(w.batch)
 		free = w.batch[s:min(cap(w.batch), s+max(0, WriterMaxBytes-w.batchBytes))]
 		return Run{free: free, size: len(free), max: copyChunk}
@@ -615,8 +702,12 @@ func (w *Writer) put(p []byte) {
 }
 
 // takeBuf takes the batch buffer (with CRC) from the pool, unless the
-// batch has it.
+// batch has it; a batch in small moves there (promote).
 func (w *Writer) takeBuf() {
+	if w.onSmall {
+		w.promote(len(w.batch))
+		return
+	}
 	if w.buf == nil {
 		w.buf = w.buffers.Get()
 		if cap(*w.buf) < WriterBufLen {
@@ -674,11 +765,17 @@ func (w *Writer) Pending() [][]byte {
 // Flush does, and reports true; otherwise the rest stays for Pending, a
 // later Wrote or Flush, and the batch counts as not Empty.
 func (w *Writer) Wrote(n int) bool {
+	w.batchOff += n
 	if w.crc {
-		w.batchOff += n
 		if w.batchOff < len(w.batch) {
 			return false
 		}
+		w.Reset()
+		return true
+	}
+	if w.batchOff >= w.batchBytes {
+		// The whole batch (batchBytes is the sum of its iovecs): nothing
+		// to trim.
 		w.Reset()
 		return true
 	}

@@ -52,3 +52,148 @@ func TestWriterIdleHoldsNothing(t *testing.T) {
 		t.Fatal("Reset dropped the caller's Scratch")
 	}
 }
+
+// TestWriterSmallBatch: a batch that a Run for one FPDU starts is laid
+// out in the Writer's small array, borrowing nothing, while it fits
+// there (a batch of one small FPDU: the direct send); it moves to a
+// borrowed arena or buffer, its bytes intact, through AddFPDU of an FPDU
+// small has no room for, a Run for more FPDUs or Begin; either way the
+// stream is what Framer frames, and a written or reset batch holds
+// nothing.
+func TestWriterSmallBatch(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		var w Writer
+		w.Init(WriterConfig{CRC: crc, MaxHeader: 18})
+		fr := Framer{CRC: crc}
+		var want []byte
+		var out sinkWriter
+		borrowed := func() bool { return w.arena != nil || w.scratchp != nil || w.iovp != nil || w.buf != nil }
+		hdr := make([]byte, 18)
+		for i := range hdr {
+			hdr[i] = byte(i + 1)
+		}
+		payload := make([]byte, 64)
+		for i := range payload {
+			payload[i] = byte(100 + i)
+		}
+		// One small FPDU: in small, written whole by Pending and Wrote.
+		if !w.AddFPDU(hdr, payload) {
+			t.Fatal("no room in an empty batch")
+		}
+		want = fr.AppendFPDU(want, hdr, payload)
+		if !w.onSmall || borrowed() {
+			t.Fatalf("crc %v: a batch of one small FPDU is not in small (borrowed %v)", crc, borrowed())
+		}
+		n := 0
+		for _, p := range w.Pending() {
+			out.b = append(out.b, p...)
+			n += len(p)
+		}
+		if !w.Wrote(n) || w.onSmall || borrowed() || w.scratch != nil || w.iov != nil || w.batch != nil {
+			t.Fatalf("crc %v: the written batch holds something", crc)
+		}
+		// A run for one FPDU in small refuses what small has no room
+		// for; AddFPDU moves the batch, its bytes intact. A run for more
+		// moves it at once.
+		for k := 0; k < 3; k++ {
+			for j := 0; ; j++ {
+				r := w.BeginRun(1)
+				b := r.Next(len(hdr) + len(payload))
+				if b == nil {
+					w.EndRun(&r)
+					if !w.onSmall || j == 0 || FPDULen(len(hdr)+len(payload))*(j+1) <= WriterSmallLen {
+						t.Fatalf("crc %v: a run in small refused FPDU %d", crc, j)
+					}
+					if !w.AddFPDU(hdr, payload) || w.onSmall || !borrowed() {
+						t.Fatalf("crc %v: AddFPDU did not move the batch out of small", crc)
+					}
+					want = fr.AppendFPDU(want, hdr, payload)
+					break
+				}
+				copy(b, hdr)
+				copy(b[len(hdr):], payload)
+				w.EndRun(&r)
+				want = fr.AppendFPDU(want, hdr, payload)
+				payload[0]++
+			}
+			if _, err := w.Flush(&out); err != nil {
+				t.Fatal(err)
+			}
+			w.AddFPDU(hdr, payload)
+			want = fr.AppendFPDU(want, hdr, payload)
+			r := w.BeginRun(20)
+			for range 20 {
+				b := r.Next(len(hdr) + len(payload))
+				if b == nil {
+					t.Fatalf("crc %v: the run refused an FPDU", crc)
+				}
+				copy(b, hdr)
+				copy(b[len(hdr):], payload)
+				want = fr.AppendFPDU(want, hdr, payload)
+				payload[0]++
+			}
+			w.EndRun(&r)
+			if w.onSmall || !borrowed() {
+				t.Fatalf("crc %v: a batch past WriterSmallLen is still in small", crc)
+			}
+			if _, err := w.Flush(&out); err != nil {
+				t.Fatal(err)
+			}
+			// A batch in small that Begin (not a Run) adds to moves too.
+			if !w.AddFPDU(hdr, payload) {
+				t.Fatal("no room in an empty batch")
+			}
+			want = fr.AppendFPDU(want, hdr, payload)
+			if !w.Room(len(hdr)+700, 1) {
+				t.Fatal("no room")
+			}
+			w.Begin(hdr, len(hdr)+700)
+			w.Payload(make([]byte, 700))
+			w.End()
+			want = fr.AppendFPDU(want, hdr, make([]byte, 700))
+			if w.onSmall || !borrowed() {
+				t.Fatalf("crc %v: Begin left the batch in small", crc)
+			}
+			if k == 2 {
+				w.Reset()
+				want = want[:len(out.b)]
+				break
+			}
+			if _, err := w.Flush(&out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if borrowed() || w.onSmall {
+			t.Fatalf("crc %v: a reset batch holds something", crc)
+		}
+		if string(out.b) != string(want) {
+			t.Fatalf("crc %v: the stream differs from Framer's (%d vs %d bytes)", crc, len(out.b), len(want))
+		}
+	}
+}
+
+// sinkWriter collects what is written to it.
+type sinkWriter struct{ b []byte }
+
+func (s *sinkWriter) Write(p []byte) (int, error) {
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+// TestWriterSmallOwnScratch: with CRC, a batch in small still measures
+// headers against the caller's Scratch, not the arena a Writer without
+// one would borrow, and its Reset keeps the Scratch.
+func TestWriterSmallOwnScratch(t *testing.T) {
+	var w Writer
+	w.Init(WriterConfig{CRC: true, MaxHeader: 18, Scratch: make([]byte, 0, 20)})
+	if !w.AddFPDU(make([]byte, 18), make([]byte, 64)) || !w.onSmall {
+		t.Fatal("a small FPDU did not go into small")
+	}
+	if w.Room(100, 1) {
+		t.Fatal("Room counted scratch beyond the caller's Scratch")
+	}
+	w.Reset()
+	if w.scratch == nil || cap(w.scratch) != 20 {
+		t.Fatal("Reset of a batch in small dropped the caller's Scratch")
+	}
+}

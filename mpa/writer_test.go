@@ -599,8 +599,8 @@ func TestWriterRun(t *testing.T) {
 			total = 12000 // a batch buffer of WriterMaxBytes
 		}
 		for i := 0; i < total; {
-			run := w.BeginRun()
 			asked := min(1+i%40, total-i)
+			run := w.BeginRun(asked)
 			for range asked {
 				hdr := randBytes(r, 14+i%15)
 				p := src[:r.IntN(100)]
@@ -653,13 +653,13 @@ func TestWriterRun(t *testing.T) {
 	}
 	var w mpa.Writer
 	w.Init(mpa.WriterConfig{MaxHeader: 18})
-	run := w.BeginRun()
+	run := w.BeginRun(1)
 	if run.Next(18+mpa.WriterCopyLen+1) != nil {
 		t.Fatal("a run took a payload longer than WriterCopyLen without CRC")
 	}
 	w.EndRun(&run)
 	w.Init(mpa.WriterConfig{Markers: true})
-	run = w.BeginRun()
+	run = w.BeginRun(1)
 	if run.Next(20) != nil {
 		t.Fatal("a run took an FPDU with markers")
 	}

@@ -50,7 +50,8 @@
 // it has something to send: idle, the send goroutine parks (exits) and
 // the doorbell starts it again (tx.go), and neither engine holds a data
 // buffer (the reader borrows its buffer while bytes move, the writer its
-// scratch, iovecs and batch buffer per batch), so an idle connected QP
+// scratch, iovecs and batch buffer per batch, but for a batch of one
+// small FPDU, which stays in an array of its own), so an idle connected QP
 // costs its structures and one goroutine. The send goroutine owns
 // the FPDU writer (mpa.Writer), the SQ cursor and the outgoing Read and
 // Atomic Responses: it takes Responses from the IRQ and work requests

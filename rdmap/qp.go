@@ -824,8 +824,11 @@ func (qp *QP) irqPush(r irqEntry) {
 // other request, the send goroutine writes, in the same order.
 // QPStats.TxDirect and TxDirectRest count direct sends.
 func (qp *QP) PostSend(wr SendWR) error {
-	if err := qp.validateSend(&wr); err != nil {
-		return err
+	fast := validFast(&wr) // the common request: valid, pushOneSGELocked's
+	if !fast {
+		if err := qp.validateSend(&wr); err != nil {
+			return err
+		}
 	}
 	qp.sqMu.Lock()
 	switch qp.sqMode {
@@ -841,7 +844,12 @@ func (qp *QP) PostSend(wr SendWR) error {
 		qp.sqMu.Unlock()
 		return ErrQueueFull
 	}
-	e := qp.pushSendLocked(&wr)
+	var e *sqEntry
+	if fast {
+		e = qp.pushOneSGELocked(&wr)
+	} else {
+		e = qp.pushSendLocked(&wr)
+	}
 	if qp.sqMode == postFlush {
 		e.state, e.status = sqDone, WCWRFlushErr
 		qp.sqNext = qp.sq.tail

@@ -46,8 +46,10 @@ const maxCtrlHdr = 18 + 64
 
 // The send engine's buffers: the FPDU writer's batch buffers with CRC
 // (sendBufPool) and its scratch arena and iovec array (package mpa's
-// pool), which the writer takes when a batch gets its first FPDU and
-// gives back when the batch is written (or the QP ends), and the lists of
+// pool), which the writer takes when a batch gets its first FPDU (a
+// batch of one small FPDU, a direct send's, stays in the writer's own
+// small array and takes neither) and gives back when the batch is
+// written (or the QP ends), and the lists of
 // memory references to drop after a write (refPool for work requests,
 // releasePool for Read Responses), taken with the first reference and
 // given back once they are dropped: the buffers in use are bounded by
@@ -264,7 +266,10 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 	}
 	switch {
 	case t.refs == nil:
-		t.refs = t.ref1[:0:1]
+		// The first reference (every direct send's): in ref1.
+		t.ref1[0] = txRef{mr: mr, upTo: idx + 1}
+		t.refs = t.ref1[:]
+		return true
 	case t.refsp == nil && len(t.refs) == cap(t.refs):
 		// A second reference: the list moves from ref1 to a pooled array.
 		t.refsp = refPool.Get().(*[]txRef)
@@ -279,6 +284,16 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 // dropRefs releases the references of the work requests wholly written
 // (upTo <= queuedUpTo), or all of them.
 func (t *txEngine) dropRefs(all bool) {
+	if t.refsp == nil && len(t.refs) == 1 {
+		// One reference, in ref1 (refsHead 0: see below), the common
+		// batch's.
+		if all || t.refs[0].upTo <= t.queuedUpTo {
+			t.refs[0].mr.release()
+			t.refs[0] = txRef{}
+			t.refs = nil
+		}
+		return
+	}
 	for t.refsHead < len(t.refs) && (all || t.refs[t.refsHead].upTo <= t.queuedUpTo) {
 		t.refs[t.refsHead].mr.release()
 		t.refs[t.refsHead] = txRef{}
@@ -619,21 +634,32 @@ func (qp *QP) txWritten() bool {
 	done := t.completedUpTo != t.queuedUpTo
 	if done {
 		qp.sqMu.Lock()
-		ok := qp.sweepWrittenLocked(t.queuedUpTo)
-		// What the sweep did not reach (behind a Read or atomic waiting
-		// for its response) is marked done for a later sweep.
-		for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
-			if e := qp.sq.at(i); e.state == sqActive {
-				e.state = sqDone
-			}
-		}
-		t.completedUpTo = t.queuedUpTo
+		ok := qp.txWrittenLocked()
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
 		}
 	}
 	return done
+}
+
+// txWrittenLocked is txWritten's work under sqMu: it completes the work
+// requests from completedUpTo to queuedUpTo and reports false if the
+// send CQ overflowed (the caller tells the CQ after releasing sqMu).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txWrittenLocked() bool {
+	t := &qp.tx
+	ok := qp.sweepWrittenLocked(t.queuedUpTo)
+	// What the sweep did not reach (behind a Read or atomic waiting for
+	// its response) is marked done for a later sweep.
+	for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
+		if e := qp.sq.at(i); e.state == sqActive {
+			e.state = sqDone
+		}
+	}
+	t.completedUpTo = t.queuedUpTo
+	return ok
 }
 
 // awaitsResponse reports whether a work request of op completes when
@@ -779,13 +805,18 @@ func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
 		return nil, false
 	}
 	e := qp.sq.at(qp.sqNext)
+	return e, qp.sqEntryRunnableLocked(e)
+}
+
+// sqEntryRunnableLocked is sqRunnableLocked's rule for e, the SQ entry
+// at sqNext.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sqEntryRunnableLocked(e *sqEntry) bool {
 	if e.fence && !qp.orq.empty() {
-		return e, false
+		return false
 	}
-	if awaitsResponse(e.op) && qp.orq.limit > 0 && qp.orq.full() {
-		return e, false
-	}
-	return e, true
+	return !awaitsResponse(e.op) || qp.orq.limit == 0 || !qp.orq.full()
 }
 
 // txStartLocked starts work request e (SQ index idx), in SQ order: it
@@ -1072,8 +1103,10 @@ func (qp *QP) txEmitSmall() bool {
 	}
 	e, idx, end := t.wr, t.wrIdx, t.runEnd
 	full := false
-	// The Run opens at the first small message (BeginRun takes the
-	// batch's arena or buffer: a job that sends nothing must not).
+	// The Run opens at the first small message (BeginRun may take the
+	// batch's arena or buffer: a job that sends nothing must not), for
+	// the run's requests from there on (a run of one, a direct send's,
+	// stays in the writer's small array when it fits there).
 	var run mpa.Run
 	open := false
 	for !qp.broken.Load() {
@@ -1092,7 +1125,7 @@ func (qp *QP) txEmitSmall() bool {
 		// The job's cursor is at the start of every message here (msgOff
 		// and sgeOff 0): e is framed as its first and last segment.
 		if !open {
-			run, open = t.w.BeginRun(), true
+			run, open = t.w.BeginRun(int(end-idx)), true
 		}
 		if b := run.Next(hlen + n); b != nil {
 			if op == wire.OpWrite {

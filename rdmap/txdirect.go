@@ -26,13 +26,17 @@ import (
 // initiator's first-send delay), that the QP is in RTS with nothing in
 // progress, and that the message is runnable and one FPDU
 // (txDirectFitsLocked: a larger one is the send goroutine's, which
-// batches it); then, without sqMu (txDirectGo), it runs one job, txPick
-// and txEmit as the send goroutine would, and one non-blocking writev
+// batches it). The common request, a Send or Write of one SGE, it starts
+// there too, as txPick would (txDirectStartLocked: the same check of its
+// local memory and the same reference, under the same hold of sqMu);
+// then, without sqMu (txDirectGo), it runs one job (txPick first for any
+// other request, or when that check failed: txPick fails it) and txEmit
+// as the send goroutine would, and one non-blocking writev
 // (sys.Writev through RawConn.Write, whose callback never asks to wait:
 // EAGAIN writes nothing; a small FPDU is one slice, written with
 // write(2)). When the writev took the whole batch, the
-// batch's work requests complete there (txWritten), so a signaled one's
-// completion is in the CQ when PostSend returns.
+// batch's work requests complete there (txDirectDone, as txWritten), so
+// a signaled one's completion is in the CQ when PostSend returns.
 //
 // Whatever that leaves (the unwritten rest of the batch, t.rest; another
 // work request or a Response queued meanwhile; a state change; an error)
@@ -58,9 +62,10 @@ import (
 // Response is queued and e is a directOp. It reports whether it took the
 // engine, and whether e is to be written here (run: the engine has
 // passed its gate, has nothing in progress, the QP is in RTS and e is
-// runnable and one FPDU, txDirectFitsLocked). Holding sqMu and the
-// engine, nothing it looked at changes before txDirectGo but what a
-// later post adds (which the send goroutine takes after this one).
+// runnable and one FPDU, txDirectFitsLocked), and when run it may have
+// started e (txDirectStartLocked). Holding sqMu and the engine, nothing
+// it looked at changes before txDirectGo but what a later post adds
+// (which the send goroutine takes after this one).
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
@@ -69,7 +74,42 @@ func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
 		!t.state.CompareAndSwap(txParked, txDirect) {
 		return false, false
 	}
-	return true, t.gated && t.job == jobNone && !t.rest && !qp.broken.Load() && qp.rtsNow() && qp.txDirectFitsLocked(e)
+	if !t.gated || t.job != jobNone || t.rest || qp.broken.Load() || !qp.rtsNow() || !qp.txDirectFitsLocked(e) {
+		return true, false
+	}
+	qp.txDirectStartLocked(e)
+	return true, true
+}
+
+// txDirectStartLocked starts e, the SQ entry at sqNext (nothing after
+// it, the IRQ empty: txDirectTakeLocked), when it is a Send or Write of
+// one SGE, exactly as txPick would start it as a run of one: the check
+// of its SGE (txCheckLocked's, as txExtendRunLocked does it in line) and
+// the reference that keeps its region until the batch holding it is
+// written (takeRef), then the job. When the check or the reference
+// fails it starts nothing (and takes no reference), and the direct
+// send's txPick starts, and fails, e as the send goroutine would.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txDirectStartLocked(e *sqEntry) {
+	if e.nsge != 1 || e.inline || (e.op != WRSend && e.op != WRWrite) {
+		return
+	}
+	t, s, idx := &qp.tx, &e.sge0, qp.sqNext
+	if b, ae := s.MR.localBinding(qp.pd); ae != accessOK {
+		return
+	} else if _, ae := b.slice(0, s.Offset, uint64(s.Length)); ae != accessOK {
+		return
+	}
+	if !t.takeRef(s.MR, idx) {
+		return
+	}
+	e.state = sqActive
+	qp.sqNext = idx + 1
+	t.irqBurst = 0
+	t.runEnd = idx + 1
+	t.job = jobSQ
+	t.startJob(e, idx)
 }
 
 // txDirectGo runs, after sqMu is released, the direct send
@@ -125,18 +165,24 @@ func (qp *QP) txDirectRun() bool {
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
 	t.written()
-	qp.txWritten()
-	return qp.txDirectMore()
+	return qp.txDirectDone()
 }
 
 // txDirectBuild is guardTx's function for a direct send (bound once, as
-// txEngine.buildFn): one job into an empty batch. It reports no
-// progress, so that guardTx's report of progress means a fault in
-// registered memory unwound it.
+// txEngine.buildFn): one job (the one txDirectStartLocked started, else
+// txPick's) into an empty batch. It reports no progress, so that
+// guardTx's report of progress means a fault in registered memory
+// unwound it.
 func (qp *QP) txDirectBuild() (bool, error) {
 	t := &qp.tx
-	t.w.Reset()
-	if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
+	// The batch before was written whole (Wrote reset it) or dropped
+	// (Reset), or held nothing; Reset is for what nothing should leave
+	// (an empty batch's bookkeeping is as Reset leaves it, and an arena
+	// it may hold serves this batch and goes back when it is written).
+	if !t.w.Empty() {
+		t.w.Reset()
+	}
+	if (t.job != jobNone || qp.txPick()) && qp.txEmitSmall() && t.job != jobNone {
 		qp.txEmit()
 	}
 	return false, nil
@@ -177,7 +223,7 @@ func directOp(op WROpcode) bool {
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectFitsLocked(e *sqEntry) bool {
-	if _, ok := qp.sqRunnableLocked(); !ok {
+	if !qp.sqEntryRunnableLocked(e) {
 		return false
 	}
 	switch e.op {
@@ -198,6 +244,25 @@ func (qp *QP) txDirectMore() bool {
 	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
 	qp.sqMu.Unlock()
 	return more || !qp.rtsNow()
+}
+
+// txDirectDone is txWritten and then txDirectMore after a direct send's
+// batch was written whole, under one hold of sqMu: it completes the
+// batch's work requests and reports whether the engine has more to do.
+func (qp *QP) txDirectDone() bool {
+	t := &qp.tx
+	done := t.completedUpTo != t.queuedUpTo
+	if !done {
+		return qp.txDirectMore()
+	}
+	qp.sqMu.Lock()
+	ok := qp.txWrittenLocked()
+	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
+	qp.sqMu.Unlock()
+	if !ok {
+		qp.scq.overflowed()
+	}
+	return more || t.job != jobNone || qp.broken.Load() || !qp.rtsNow()
 }
 
 // directWrite is the RawConn.Write callback of a direct send (bound
