@@ -43,21 +43,24 @@ type CQ struct {
 	ovfHead  int         // next of ovf to poll; +checklocks:mu
 	ovfCap   int         // the bound of ovf, set at the overrun; +checklocks:mu
 	overflow atomic.Bool // the CQ has overrun: set under mu, read without (every post reads it)
-	dropped  uint64      // +checklocks:mu
-	users    []*QP       // QPs that complete into this CQ; +checklocks:mu
-	closed   bool        // +checklocks:mu
-	notify   chan struct{}
+	// queued is the number of completions waiting to be polled (the
+	// ring's and the overflow list's): changed under mu with them, read
+	// without it by Len, Wait and the test of an empty CQ in Poll.
+	queued  atomic.Int64
+	dropped uint64      // +checklocks:mu
+	users   []*QP       // QPs that complete into this CQ; +checklocks:mu
+	closed  atomic.Bool // set under mu (attach reads it there), read without by Wait
+	notify  chan struct{}
 
 	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
 	// CQ this is, driving it while a waiter runs its receive engine;
 	// wreg is the context watch registered for drivers (kept for the
 	// next Wait whose context has the same Done channel; replaced under
-	// wmu), ctxDoneFn is ctxDone, bound once.
-	poll      atomic.Pointer[QP]
-	driving   atomic.Pointer[QP]
-	wmu       sync.Mutex
-	wreg      atomic.Pointer[ctxWatch]
-	ctxDoneFn func()
+	// wmu).
+	poll    atomic.Pointer[QP]
+	driving atomic.Pointer[QP]
+	wmu     sync.Mutex
+	wreg    atomic.Pointer[ctxWatch]
 }
 
 // MaxCQE is the largest CQ size CreateCQ accepts.
@@ -71,9 +74,7 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n <= 0 || n > MaxCQE {
 		return nil, errConfigf("CreateCQ: %d completions, want 1..%d", n, MaxCQE)
 	}
-	cq := &CQ{dev: d, ring: newRing[WC](n), notify: make(chan struct{}, 1)}
-	cq.ctxDoneFn = cq.ctxDone
-	return cq, nil
+	return &CQ{dev: d, ring: newRing[WC](n), notify: make(chan struct{}, 1)}, nil
 }
 
 // Cap returns the capacity of the CQ's ring.
@@ -81,12 +82,7 @@ func (cq *CQ) Cap() int { return cq.ring.limit }
 
 // Len returns the number of completions waiting to be polled, those in
 // the overflow list after an overrun included.
-func (cq *CQ) Len() int {
-	cq.mu.Lock()
-	n := cq.ring.len() + len(cq.ovf) - cq.ovfHead
-	cq.mu.Unlock()
-	return n
-}
+func (cq *CQ) Len() int { return int(cq.queued.Load()) }
 
 // Err returns ErrCQOverflow once the CQ has overrun.
 func (cq *CQ) Err() error {
@@ -105,20 +101,37 @@ func (cq *CQ) Dropped() uint64 {
 }
 
 // Poll moves up to len(wcs) completions into wcs, oldest first, and
-// returns how many. It never blocks.
+// returns how many. It never blocks. An empty CQ is seen without the
+// lock (queued): a completion pushed after that load is one a Poll that
+// returned 0 had not found yet.
 func (cq *CQ) Poll(wcs []WC) int {
+	if cq.queued.Load() == 0 {
+		return 0
+	}
 	cq.mu.Lock()
 	k := cq.ring.popInto(wcs)
+	if len(cq.ovf) != 0 { // the list is emptied (ovf[:0]) once all of it is polled
+		k = cq.pollOverflowLocked(wcs, k)
+	}
+	cq.queued.Add(int64(-k))
+	cq.mu.Unlock()
+	return k
+}
+
+// pollOverflowLocked moves completions of the overflow list into wcs[k:]
+// (the ring is empty or wcs full) and returns how many wcs then holds.
+//
+// +checklocks:cq.mu
+func (cq *CQ) pollOverflowLocked(wcs []WC, k int) int {
 	for k < len(wcs) && cq.ovfHead < len(cq.ovf) {
 		wcs[k] = cq.ovf[cq.ovfHead]
 		cq.ovf[cq.ovfHead] = WC{}
 		cq.ovfHead++
 		k++
 	}
-	if cq.ovfHead > 0 && cq.ovfHead == len(cq.ovf) {
+	if cq.ovfHead == len(cq.ovf) {
 		cq.ovf, cq.ovfHead = cq.ovf[:0], 0
 	}
-	cq.mu.Unlock()
 	return k
 }
 
@@ -132,18 +145,22 @@ func (cq *CQ) Poll(wcs []WC) int {
 // one with the same Done channel) do not.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
-		cq.mu.Lock()
-		n, ovf, closed := cq.ring.len()+len(cq.ovf)-cq.ovfHead, cq.overflow.Load(), cq.closed
-		cq.mu.Unlock()
-		if n > 0 {
+		// The CQ's state without its lock: queued, then the sticky
+		// flags, then queued again for a flag that is set, so that
+		// either error is returned only for a CQ that was empty with the
+		// flag set (no completion follows Close: it has no QP).
+		if cq.queued.Load() > 0 {
 			// Pass the wake-up on, in case another waiter slept.
 			cq.wakeWaiter()
 			return nil
 		}
-		if ovf {
-			return ErrCQOverflow
-		}
-		if closed {
+		if cq.overflow.Load() || cq.closed.Load() {
+			if cq.queued.Load() > 0 {
+				continue
+			}
+			if cq.overflow.Load() {
+				return ErrCQOverflow
+			}
 			return ErrClosed
 		}
 		if qp := cq.poll.Load(); qp != nil && ctx.Err() == nil && qp.rxDrive(cq, ctx) {
@@ -189,12 +206,14 @@ func (cq *CQ) pushLocked(wc *WC) bool {
 		}
 		if len(cq.ovf)-cq.ovfHead < cq.ovfCap {
 			cq.ovf = append(cq.ovf, *wc)
+			cq.queued.Add(1)
 		} else {
 			cq.dropped++
 		}
 		return false
 	}
 	*cq.ring.push() = *wc
+	cq.queued.Add(1)
 	return !cq.overflow.Load()
 }
 
@@ -214,6 +233,7 @@ func (cq *CQ) pushAllLocked(wcs []WC) bool {
 	for i := range wcs {
 		*cq.ring.push() = wcs[i]
 	}
+	cq.queued.Add(int64(len(wcs)))
 	return true
 }
 
@@ -290,7 +310,7 @@ func (cq *CQ) overflowed() {
 func (cq *CQ) attach(qp *QP) error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	if cq.closed {
+	if cq.closed.Load() {
 		return ErrClosed
 	}
 	if cq.overflow.Load() {
@@ -325,7 +345,7 @@ func (cq *CQ) Close() error {
 		cq.mu.Unlock()
 		return ErrBusy
 	}
-	cq.closed = true
+	cq.closed.Store(true)
 	cq.mu.Unlock()
 	cq.unwatch()
 	cq.wake()

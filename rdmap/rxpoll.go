@@ -194,12 +194,15 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 		// this driver's request. One that comes after this load is.
 		rx.yield.Store(false)
 	}
-	cq.watch(ctx)
+	w := cq.watch(ctx)
 	cq.driving.Store(qp)
 	// A completion pushed, or ctx done, before driving was stored woke
-	// nobody this driver would see: look first.
+	// nobody this driver would see: look first. ctx done is seen as its
+	// watch's AfterFunc sees it (fired, stored before it loads driving):
+	// a context done before driving was stored has fired, or fires
+	// later and then kicks this driver.
 	var err error // nil: the engine yields
-	if cq.Len() == 0 && ctx.Err() == nil {
+	if cq.queued.Load() == 0 && (w == nil || !w.fired.Load()) {
 		err = qp.guardRx(rx.drivenFn)
 	}
 	cq.driving.Store(nil)
@@ -241,38 +244,56 @@ func (qp *QP) rxFinal(conn net.Conn, err error) {
 	qp.finish()
 }
 
-// watch arranges for a driver on cq to be kicked when ctx is done. The
+// watch arranges for a driver on cq to be kicked when ctx is done, and
+// returns the registration that does it (nil: ctx is never done). The
 // registration (context.AfterFunc, which allocates) is kept for the next
 // Wait whose context has the same Done channel (a context is done exactly
 // when its Done channel is closed), so a loop of Waits with one context
-// registers once and then costs one atomic load per Wait.
-func (cq *CQ) watch(ctx context.Context) {
+// registers once and then costs one atomic load per Wait. Only a driver
+// replaces it (the Wait holding the engine) and Close drops it (a CQ
+// without QPs, driven by nobody), so the registration a driver got
+// stays the one watching its context while it drives.
+func (cq *CQ) watch(ctx context.Context) *ctxWatch {
 	done := ctx.Done()
 	if done == nil {
-		return
+		return nil
 	}
 	if w := cq.wreg.Load(); w != nil && w.done == done {
-		return
+		return w
 	}
 	cq.wmu.Lock()
 	defer cq.wmu.Unlock()
 	if w := cq.wreg.Load(); w != nil {
 		if w.done == done {
-			return
+			return w
 		}
 		w.stop()
 	}
-	cq.wreg.Store(&ctxWatch{done: done, stop: context.AfterFunc(ctx, cq.ctxDoneFn)})
+	w := &ctxWatch{cq: cq, done: done}
+	w.stop = context.AfterFunc(ctx, w.fire)
+	cq.wreg.Store(w)
+	return w
 }
 
 // ctxWatch is watch's registration: the Done channel of the context
-// watched and the function that cancels the AfterFunc.
+// watched, the function that cancels the AfterFunc, and whether it ran
+// (the context is done).
 type ctxWatch struct {
-	done <-chan struct{}
-	stop func() bool
+	cq    *CQ
+	done  <-chan struct{}
+	stop  func() bool
+	fired atomic.Bool
 }
 
-// ctxDone kicks the driver of cq, if any (watch's AfterFunc).
+// fire is the AfterFunc of w's context: it records that the context is
+// done, then kicks the driver of the CQ, if any. A driver stores
+// driving before it loads fired, so one of the two sees the other.
+func (w *ctxWatch) fire() {
+	w.fired.Store(true)
+	w.cq.ctxDone()
+}
+
+// ctxDone kicks the driver of cq, if any.
 func (cq *CQ) ctxDone() {
 	if qp := cq.driving.Load(); qp != nil {
 		qp.rx.kick()
