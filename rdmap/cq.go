@@ -51,6 +51,9 @@ type CQ struct {
 	users   []*QP       // QPs that complete into this CQ; +checklocks:mu
 	closed  atomic.Bool // set under mu (attach reads it there), read without by Wait
 	notify  chan struct{}
+	// notified: a wake-up is pending in notify, or about to be sent, or
+	// taken by a waiter that has not looked at the CQ since (wakeWaiter).
+	notified atomic.Bool
 
 	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
 	// CQ this is, driving it while a waiter runs its receive engine;
@@ -168,6 +171,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-cq.notify:
+			cq.notified.Store(false) // before the next look at the CQ (wakeWaiter)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -280,15 +284,19 @@ func (cq *CQ) wakeBy(by *QP) {
 }
 
 // wakeWaiter wakes a goroutine waiting on notify. A wake-up already
-// pending (notify full) stands for this one: the waiter that takes it
-// looks at the CQ (and the engine) after. The len test is the one a
-// non-blocking send makes first, without the channel's lock; made here,
-// it saves the call on the common path (a driver's own completion, with
-// nobody asleep on notify and its token still there).
+// pending stands for this one: the waiter that takes it looks at the CQ
+// (and the engine) after. notified says one is: it is set before each
+// send of the token and cleared by the waiter that takes the token,
+// before that waiter looks at the CQ; so when it is seen set, a token is
+// in notify or about to be sent, or its taker has yet to clear it and
+// then look at the CQ, after this wake-up's push. The test saves the
+// send on the common path (a driver's own completion, with nobody
+// asleep on notify and its token still there), with one atomic load.
 func (cq *CQ) wakeWaiter() {
-	if len(cq.notify) != 0 {
+	if cq.notified.Load() {
 		return
 	}
+	cq.notified.Store(true)
 	select {
 	case cq.notify <- struct{}{}:
 	default:
