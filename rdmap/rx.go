@@ -226,10 +226,14 @@ type rxCounts struct {
 
 // publish adds the counters kept since the last call to the QP's stats.
 func (rx *rxEngine) publish() {
-	c, st := &rx.counts, &rx.qp.stats
-	if c.fpdus|c.direct|c.copied|c.driven == 0 {
-		return // nothing since the last call (bytes count with fpdus)
+	if c := &rx.counts; c.fpdus|c.direct|c.copied|c.driven != 0 { // bytes count with fpdus
+		rx.publishCounts()
 	}
+}
+
+// publishCounts is publish of counters of which one is not zero.
+func (rx *rxEngine) publishCounts() {
+	c, st := &rx.counts, &rx.qp.stats
 	if c.fpdus != 0 {
 		st.rxFPDUs.Add(c.fpdus)
 		st.rxBytes.Add(c.bytes)

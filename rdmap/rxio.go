@@ -60,7 +60,8 @@ func (rx *rxEngine) partial() bool {
 	return rx.rd != nil && rx.rd.Partial()
 }
 
-// arm sets the engine's first stall deadline.
+// arm sets the engine's first stall deadline (the reads test its
+// condition before the call).
 func (rx *rxEngine) arm() {
 	if rx.stallTimeout > 0 && !rx.stallArmed {
 		rx.stallArmed = true
@@ -72,7 +73,8 @@ func (rx *rxEngine) arm() {
 
 // stamp runs before a read: if a read returned data since the last
 // stamp (moved) and the engine now holds part of an FPDU, the stall
-// timeout runs from now (see above).
+// timeout runs from now (see above). The reads test moved before the
+// call.
 func (rx *rxEngine) stamp() {
 	if rx.moved {
 		rx.moved = false
@@ -131,8 +133,12 @@ func (rx *rxEngine) setDeadline(dl time.Time) {
 // nothing.
 func (rx *rxEngine) read(p []byte) (int, error) {
 	rx.settle()
-	rx.arm()
-	rx.stamp()
+	if !rx.stallArmed && rx.stallTimeout > 0 {
+		rx.arm()
+	}
+	if rx.moved {
+		rx.stamp()
+	}
 	// A kick that came before arm set the first deadline had its poke
 	// replaced: look at the request before blocking (PollRx).
 	if rx.yieldNow() {
@@ -178,8 +184,12 @@ func (c rxConn) Read(p []byte) (int, error) { return c.rx.read(p) }
 func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 	rx := c.rx
 	rx.settle()
-	rx.arm()
-	rx.stamp()
+	if !rx.stallArmed && rx.stallTimeout > 0 {
+		rx.arm()
+	}
+	if rx.moved {
+		rx.stamp()
+	}
 	for {
 		var n int
 		var err error
