@@ -460,7 +460,15 @@ func (rx *rxEngine) loop(driven bool) error {
 			}
 			return errYield
 		}
-		n, ti, err := rx.fpdus(rxRunMax)
+		// fpdus(rxRunMax), written out: one call fewer per FPDU.
+		ti, err := rx.fpdu()
+		n := 1
+		if err == nil && ti == nil && !rx.noWhole && rx.rd.Partial() {
+			rx.dropRefs()
+			var k int
+			k, ti = rx.wholeRun(rxRunMax - 1)
+			n += k
+		}
 		rx.dropRefs()
 		if err != nil {
 			return err
@@ -619,7 +627,7 @@ const rxRunMax = 1 << 30
 // it (wholeRun; none when it holds no byte more). It returns how many it
 // received, and the Terminate or the error of the last. The engine
 // checks between FPDUs, as its loop does, whether the QP broke or it is
-// to yield.
+// to yield. The loop has these lines in place (fpdus(rxRunMax)).
 func (rx *rxEngine) fpdus(max int) (int, *termInfo, error) {
 	ti, err := rx.fpdu()
 	if err != nil || ti != nil || max <= 1 || rx.noWhole || !rx.rd.Partial() {
@@ -897,8 +905,10 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	// left. The receive's completion is gathered last: should it fill
 	// the batch, the batch goes into the CQ outside the region.
 	copy(dst, u[ddp.UntaggedHeaderLen:])
-	// sendTaken's, written out: a call per FPDU of a run costs more
-	// than the lines.
+	// What begin, TakeBuffer, beginSend, end and completeRecv would have
+	// left: the receive taken, the DDP state, the FPDU's header and
+	// counters, and its completion written in place (sendOne has the
+	// same lines: a call per FPDU costs more than the lines).
 	id := e.id
 	e.sge.MR = nil // takeAt's: the RQ holds no reference
 	rx.rqTaken++
@@ -923,35 +933,6 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	return true
 }
 
-// sendTaken leaves the engine as begin, TakeBuffer, beginSend, end and
-// completeRecv would have for the single-segment Send with ULPDU u whose
-// payload was placed into receive e (the next on the QP's own RQ) of
-// length bytes (sendOne; sendRun has the same lines in place): the
-// receive taken, the DDP state, the FPDU's header and counters, and its
-// completion written in place, for the caller to count as gathered
-// (rx.gathered).
-func (rx *rxEngine) sendTaken(e *rqEntry, u []byte, length uint64) {
-	h := ddp.Header(u[:ddp.UntaggedHeaderLen])
-	plen := len(u) - ddp.UntaggedHeaderLen
-	id := e.id
-	e.sge.MR = nil // takeAt's: the RQ holds no reference
-	rx.rqTaken++
-	rx.untagged.Delivered(h, wire.QNSend, plen, length)
-	op := wire.OpSend
-	if u[1] == sendSECtrl {
-		op = wire.OpSendSE
-	}
-	rx.runHeader(u, ddp.UntaggedHeaderLen)
-	rx.cur.op, rx.cur.last = op, true
-	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
-	rx.recvInv = STag(h.RsvdULP32())
-	wc := &rx.wcs[rx.nwcs]
-	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: rx.qp.qpn}
-	if op == wire.OpSendSE {
-		wc.Flags = WCSolicited
-	}
-}
-
 // sendOne receives, outside a run, the Send with ULPDU u (taken whole,
 // its CRC checked; its control byte a Send's or a Send with Solicited
 // Event's) when sendRun would accept it as a run of one, with the checks
@@ -961,7 +942,7 @@ func (rx *rxEngine) sendTaken(e *rqEntry, u []byte, length uint64) {
 // whole fences it (enterPlace .. leavePlace, against that word), the
 // region referenced as addRef would take it (the reference the engine
 // keeps, rx.held, or a new one when it keeps none). It then leaves the
-// engine as whole would have (sendTaken, the completion gathered). It
+// engine as whole would have (sendRun's lines, the completion gathered). It
 // reports false, having changed nothing but the reference it may keep
 // for the region (rx.held, which whole's addRef then takes),
 // otherwise: the caller receives the FPDU through whole.
@@ -1002,7 +983,24 @@ func (rx *rxEngine) sendOne(u []byte) bool {
 	// counted.
 	copy(dst, u[ddp.UntaggedHeaderLen:])
 	rx.leavePlace(mr)
-	rx.sendTaken(e, u, length)
+	// sendRun's lines, as it has them.
+	id := e.id
+	e.sge.MR = nil // takeAt's: the RQ holds no reference
+	rx.rqTaken++
+	rx.untagged.Delivered(h, wire.QNSend, plen, length)
+	op := wire.OpSend
+	if u[1] == sendSECtrl {
+		op = wire.OpSendSE
+	}
+	rx.runHeader(u, ddp.UntaggedHeaderLen)
+	rx.cur.op, rx.cur.last = op, true
+	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
+	rx.recvInv = STag(h.RsvdULP32())
+	wc := &rx.wcs[rx.nwcs]
+	*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: qp.qpn}
+	if op == wire.OpSendSE {
+		wc.Flags = WCSolicited
+	}
 	rx.gathered()
 	return true
 }
