@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -253,7 +254,21 @@ func (qp *QP) rxFinal(conn net.Conn, err error) {
 // replaces it (the Wait holding the engine) and Close drops it (a CQ
 // without QPs, driven by nobody), so the registration a driver got
 // stays the one watching its context while it drives.
+//
+// The registration keeps its context too when the context's type is
+// comparable: a Wait with that very context (==, which cannot panic: an
+// equal dynamic type is the registration's, comparable) finds it
+// without calling Done (a context's Done returns the same channel each
+// time).
 func (cq *CQ) watch(ctx context.Context) *ctxWatch {
+	if w := cq.wreg.Load(); w != nil && w.ctx == ctx {
+		return w
+	}
+	return cq.watchDone(ctx)
+}
+
+// watchDone is watch for a context other than the registration's own.
+func (cq *CQ) watchDone(ctx context.Context) *ctxWatch {
 	done := ctx.Done()
 	if done == nil {
 		return nil
@@ -270,16 +285,20 @@ func (cq *CQ) watch(ctx context.Context) *ctxWatch {
 		w.stop()
 	}
 	w := &ctxWatch{cq: cq, done: done}
+	if reflect.TypeOf(ctx).Comparable() {
+		w.ctx = ctx
+	}
 	w.stop = context.AfterFunc(ctx, w.fire)
 	cq.wreg.Store(w)
 	return w
 }
 
-// ctxWatch is watch's registration: the Done channel of the context
-// watched, the function that cancels the AfterFunc, and whether it ran
-// (the context is done).
+// ctxWatch is watch's registration: the context watched (nil unless its
+// type is comparable) and its Done channel, the function that cancels
+// the AfterFunc, and whether it ran (the context is done).
 type ctxWatch struct {
 	cq    *CQ
+	ctx   context.Context
 	done  <-chan struct{}
 	stop  func() bool
 	fired atomic.Bool
