@@ -56,14 +56,19 @@ type CQ struct {
 	notified atomic.Bool
 
 	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
-	// CQ this is, driving it while a waiter runs its receive engine;
-	// wreg is the context watch registered for drivers (kept for the
-	// next Wait whose context has the same Done channel; replaced under
-	// wmu).
-	poll    atomic.Pointer[QP]
-	driving atomic.Pointer[QP]
-	wmu     sync.Mutex
-	wreg    atomic.Pointer[ctxWatch]
+	// CQ this is; driving is set while a waiter runs the receive engine
+	// of drivingQP (rxDrive), which a driver stores before driving only
+	// when it is another QP's (a pointer store costs a call and its
+	// write barrier, a flag's does not): whoever sees driving set and
+	// then drivingQP sees the driver, or one that started later, which
+	// looks at the CQ after it set driving; wreg is the context watch
+	// registered for drivers (kept for the next Wait whose context has
+	// the same Done channel; replaced under wmu).
+	poll      atomic.Pointer[QP]
+	driving   atomic.Bool
+	drivingQP atomic.Pointer[QP]
+	wmu       sync.Mutex
+	wreg      atomic.Pointer[ctxWatch]
 }
 
 // MaxCQE is the largest CQ size CreateCQ accepts.
@@ -273,8 +278,10 @@ func (cq *CQ) wake() { cq.wakeBy(nil) }
 // looks at after the FPDU and before it blocks in a read (rxpoll.go); any
 // other driver is kicked.
 func (cq *CQ) wakeBy(by *QP) {
-	if qp := cq.driving.Load(); qp != nil {
-		if qp == by {
+	if cq.driving.Load() {
+		if qp := cq.drivingQP.Load(); qp == nil {
+			// Detached (its QP is going away): nobody to ask.
+		} else if qp == by {
 			qp.rx.yield.Store(true)
 		} else {
 			qp.rx.kick()
@@ -335,6 +342,7 @@ func (cq *CQ) attach(qp *QP) error {
 
 func (cq *CQ) detach(qp *QP) {
 	cq.poll.CompareAndSwap(qp, nil)
+	cq.drivingQP.CompareAndSwap(qp, nil) // the CQ keeps no QP it no longer serves
 	cq.mu.Lock()
 	for i, u := range cq.users {
 		if u == qp {

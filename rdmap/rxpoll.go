@@ -196,7 +196,10 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 		rx.yield.Store(false)
 	}
 	w := cq.watch(ctx)
-	cq.driving.Store(qp)
+	if cq.drivingQP.Load() != qp {
+		cq.drivingQP.Store(qp)
+	}
+	cq.driving.Store(true)
 	// A completion pushed, or ctx done, before driving was stored woke
 	// nobody this driver would see: look first. ctx done is seen as its
 	// watch's AfterFunc sees it (fired, stored before it loads driving):
@@ -206,7 +209,7 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	if cq.queued.Load() == 0 && (w == nil || !w.fired.Load()) {
 		err = qp.guardRx(rx.drivenFn)
 	}
-	cq.driving.Store(nil)
+	cq.driving.Store(false)
 	switch {
 	case err == nil || err == errYield:
 		qp.rxRelease()
@@ -314,8 +317,10 @@ func (w *ctxWatch) fire() {
 
 // ctxDone kicks the driver of cq, if any.
 func (cq *CQ) ctxDone() {
-	if qp := cq.driving.Load(); qp != nil {
-		qp.rx.kick()
+	if cq.driving.Load() {
+		if qp := cq.drivingQP.Load(); qp != nil {
+			qp.rx.kick()
+		}
 	}
 }
 
