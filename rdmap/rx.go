@@ -266,7 +266,7 @@ func (rx *rxEngine) settle() {
 		rx.publish()
 	}
 	rx.releaseHeld()
-	if !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) && rx.placing.Load() != nil {
+	if rx.placing.Load() != nil && !rx.inPlace && (rx.rd == nil || !rx.rd.InFPDU()) {
 		rx.placing.Store(nil)
 	}
 }
@@ -462,12 +462,13 @@ func (rx *rxEngine) loop(driven bool) error {
 		}
 		// fpdus(rxRunMax), written out: one call fewer per FPDU.
 		ti, err := rx.fpdu()
-		n := 1
-		if err == nil && ti == nil && !rx.noWhole && rx.rd.Partial() {
+		n, more := 1, rx.rd.Partial() // more: the reader holds more bytes
+		if more && err == nil && ti == nil && !rx.noWhole {
 			rx.dropRefs()
 			var k int
 			k, ti = rx.wholeRun(rxRunMax - 1)
 			n += k
+			more = rx.rd.Partial()
 		}
 		rx.dropRefs()
 		if err != nil {
@@ -478,7 +479,7 @@ func (rx *rxEngine) loop(driven bool) error {
 		}
 		if ti != nil {
 			rx.failWith(ti)
-		} else if driven && rx.nwcs > 0 && !rx.rd.Partial() {
+		} else if driven && rx.nwcs > 0 && !more {
 			// A receive completed and nothing more is buffered: the
 			// next step would be a read, before which the completion is
 			// pushed and the driver asked to yield (settle, wakeBy).
