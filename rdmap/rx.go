@@ -161,6 +161,13 @@ type rxEngine struct {
 	// only: guardRx leaves it after a fault).
 	placing atomic.Pointer[MR]
 	inPlace bool
+	// settled says that settle has nothing to do: set by rxDrive as it
+	// starts a drive (the last holder's loop settled as it stopped, and
+	// nothing changes the engine's state while it is free), cleared by
+	// the drive's first read, which skips settle, or, when the drive's
+	// first FPDU needs no read, once the reader has returned it, before
+	// the engine acts on it (fpdu).
+	settled bool
 	// counts are the receive counters not yet added to qp.stats: the
 	// engine publishes them before each read of the socket and when a
 	// message other than a Write (or a control FPDU) is committed,
@@ -533,7 +540,9 @@ func (p *rxPlace) Leave() {
 func (rx *rxEngine) fpdu() (*termInfo, error) {
 	rd := rx.rd
 	if !rx.noWhole {
-		if err := rd.Fill(); err != nil {
+		err := rd.Fill()
+		rx.settled = false
+		if err != nil {
 			if rd.Partial() {
 				rx.gotFirst() // part of an FPDU came: the peer has spoken
 			}
@@ -551,6 +560,7 @@ func (rx *rxEngine) fpdu() (*termInfo, error) {
 		}
 	}
 	ulen, err := rd.Next()
+	rx.settled = false
 	if err != nil {
 		if rd.Partial() {
 			rx.gotFirst() // part of an FPDU came: the peer has spoken

@@ -132,7 +132,11 @@ func (rx *rxEngine) setDeadline(dl time.Time) {
 // into registered memory), retrying reads the deadline interrupted for
 // nothing.
 func (rx *rxEngine) read(p []byte) (int, error) {
-	rx.settle()
+	if rx.settled {
+		rx.settled = false // the first read of a drive: nothing to settle
+	} else {
+		rx.settle()
+	}
 	if !rx.stallArmed && rx.stallTimeout > 0 {
 		rx.arm()
 	}
@@ -183,6 +187,7 @@ func (c rxConn) Read(p []byte) (int, error) { return c.rx.read(p) }
 // dst alone), retrying reads the deadline interrupted for nothing.
 func (c rxConn) ReadVec(dst, ahead []byte) (int, error) {
 	rx := c.rx
+	rx.settled = false
 	rx.settle()
 	if !rx.stallArmed && rx.stallTimeout > 0 {
 		rx.arm()

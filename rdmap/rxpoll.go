@@ -207,7 +207,9 @@ func (qp *QP) rxDrive(cq *CQ, ctx context.Context) bool {
 	// later and then kicks this driver.
 	var err error // nil: the engine yields
 	if cq.queued.Load() == 0 && (w == nil || !w.fired.Load()) {
+		rx.settled = true // the last holder's loop settled as it stopped
 		err = qp.guardRx(rx.drivenFn)
+		rx.settled = false
 	}
 	cq.driving.Store(false)
 	switch {
