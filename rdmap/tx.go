@@ -182,13 +182,11 @@ type txEngine struct {
 	restart func() // txLoop on conn, made once
 
 	// The direct send (txdirect.go): raw is the connection's RawConn
-	// (nil without one); writeFn (t.directWrite) and buildFn
-	// (qp.txDirectBuild), bound once, with writeFn's argument pend and
-	// results dn, derr; rest is set while the writer holds the unwritten
+	// (nil without one); writeFn (t.directWrite), bound once, with its
+	// argument pend and results dn, derr; rest is set while the writer holds the unwritten
 	// rest of a batch a direct send began, of restFPDUs FPDUs.
 	raw       syscall.RawConn
 	writeFn   func(fd uintptr) bool
-	buildFn   func() (bool, error)
 	pend      [][]byte
 	dn        int
 	derr      error
@@ -212,7 +210,6 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 	t.raw = rawConnOf(qp.conn)
 	t.writeFn = t.directWrite
-	t.buildFn = qp.txDirectBuild
 }
 
 func (t *txEngine) release() {
@@ -1171,6 +1168,48 @@ func (qp *QP) txEmitSmall() bool {
 		t.startJob(e, idx)
 	}
 	return !full
+}
+
+// txEmitOne is txEmitSmall for the job a direct send started
+// (txDirectStartLocked: a Send or Write of one SGE, a run of one, its
+// cursor at the start) in an empty batch: when the message is one small
+// FPDU the writer lays out in its own array (mpa.Writer.One), it frames
+// it there as txEmitSmall would, with the same bytes and the same
+// bookkeeping, and reports true; otherwise it queues nothing and
+// reports false (txEmitSmall and txEmit go on with the job).
+func (qp *QP) txEmitOne() bool {
+	t := &qp.tx
+	e := t.wr
+	n := int(e.length)
+	if e.op == WRWrite {
+		if n > t.ulpdu-ddp.TaggedHeaderLen || qp.broken.Load() {
+			return false
+		}
+		b := t.w.One(ddp.TaggedHeaderLen + n)
+		if b == nil {
+			return false
+		}
+		f := t.writeFields(e, true)
+		ddp.PutTagged(b, &f)
+		copy(b[ddp.TaggedHeaderLen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n))) // onePiece's SGE case
+	} else {
+		if n > t.ulpdu-ddp.UntaggedHeaderLen || qp.broken.Load() {
+			return false
+		}
+		b := t.w.One(ddp.UntaggedHeaderLen + n)
+		if b == nil {
+			return false
+		}
+		f := t.sendFields(e, sendOpcode(e), true)
+		ddp.PutUntagged(b, &f)
+		copy(b[ddp.UntaggedHeaderLen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n)))
+		t.msn[wire.QNSend]++
+	}
+	t.w.EndOne()
+	// The run of one is queued (finishWR's end of a run).
+	t.queuedUpTo = t.wrIdx + 1
+	t.job, t.wr = jobNone, nil
+	return true
 }
 
 // dataHeaderLen is the DDP header length of a data message of opcode op:

@@ -2,6 +2,7 @@ package rdmap
 
 import (
 	"errors"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/gosiw/gosiw/ddp"
@@ -31,7 +32,9 @@ import (
 // local memory and the same reference, under the same hold of sqMu);
 // then, without sqMu (txDirectGo), it runs one job (txPick first for any
 // other request, or when that check failed: txPick fails it) and txEmit
-// as the send goroutine would, and one non-blocking writev
+// as the send goroutine would (a started request that is one small FPDU
+// framed by txEmitOne in the writer's own array), and one non-blocking
+// writev
 // (sys.Writev through RawConn.Write, whose callback never asks to wait:
 // EAGAIN writes nothing; a small FPDU is one slice, written with
 // write(2)). When the writev took the whole batch, the
@@ -51,7 +54,8 @@ import (
 // has ended (finish releases the engine's buffers after that).
 //
 // A fault in registered memory while the batch is built fails the QP as
-// in the send goroutine (guardTx) and drops the unwritten batch; a write
+// in the send goroutine (txDirectBuild holds guardTx's guard in line) and
+// drops the unwritten batch; a write
 // error is left to the send goroutine's own write of the rest, which
 // meets it again and ends the QP as it always does.
 
@@ -132,9 +136,7 @@ func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 // whether the send engine has more to do.
 func (qp *QP) txDirectRun() bool {
 	t := &qp.tx
-	// guardTx reports progress only when it recovered from a fault:
-	// txDirectBuild itself reports none.
-	if faulted, _ := qp.guardTx(t.buildFn); faulted {
+	if qp.txDirectBuild() {
 		// A memory fault: the QP is failing; nothing of the batch is
 		// written.
 		t.w.Reset()
@@ -168,12 +170,13 @@ func (qp *QP) txDirectRun() bool {
 	return qp.txDirectDone()
 }
 
-// txDirectBuild is guardTx's function for a direct send (bound once, as
-// txEngine.buildFn): one job (the one txDirectStartLocked started, else
-// txPick's) into an empty batch. It reports no progress, so that
-// guardTx's report of progress means a fault in registered memory
-// unwound it.
-func (qp *QP) txDirectBuild() (bool, error) {
+// txDirectBuild builds a direct send's batch: one job (the one
+// txDirectStartLocked started, framed by txEmitOne when it is one small
+// FPDU, else txPick's) into an empty batch, under guardTx's guard in
+// line (one deferred call, which recovers only when the build did not
+// return). It reports whether a fault in registered memory unwound it:
+// the QP is then failing, with the Terminate (sendFault).
+func (qp *QP) txDirectBuild() (faulted bool) {
 	t := &qp.tx
 	// The batch before was written whole (Wrote reset it) or dropped
 	// (Reset), or held nothing; Reset is for what nothing should leave
@@ -182,10 +185,30 @@ func (qp *QP) txDirectBuild() (bool, error) {
 	if !t.w.Empty() {
 		t.w.Reset()
 	}
-	if (t.job != jobNone || qp.txPick()) && qp.txEmitSmall() && t.job != jobNone {
+	old := debug.SetPanicOnFault(true)
+	faulted = true // until the build returns
+	defer func() {
+		if !faulted {
+			debug.SetPanicOnFault(old)
+			return
+		}
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v == nil {
+			faulted = false // runtime.Goexit: nothing to fail
+			return
+		}
+		qp.sendFault(v)
+	}()
+	// A job here is txDirectStartLocked's (the engine took none before).
+	if t.job != jobNone {
+		if !qp.txEmitOne() && qp.txEmitSmall() && t.job != jobNone {
+			qp.txEmit()
+		}
+	} else if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
 		qp.txEmit()
 	}
-	return false, nil
+	return false
 }
 
 // txDirectEnd gives the engine back after a direct send: to a new send
