@@ -862,7 +862,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	// Alone in the SQ, nothing else to send: written here if the send
 	// engine is parked (txdirect.go).
-	took, run := qp.txDirectTakeLocked(e)
+	took, run := qp.txDirectTakeLocked(e, fast)
 	qp.sqMu.Unlock()
 	if took {
 		qp.txDirectGo(run)
@@ -1055,7 +1055,7 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	// if the send engine is parked (txdirect.go), as by PostSend.
 	took, run := false, false
 	if n == 1 {
-		took, run = qp.txDirectTakeLocked(first)
+		took, run = qp.txDirectTakeLocked(first, false)
 	}
 	qp.sqMu.Unlock()
 	if took {

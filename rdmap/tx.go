@@ -214,7 +214,9 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 
 func (t *txEngine) release() {
 	t.w.Release()
-	t.dropReleases()
+	if t.releasesp != nil {
+		t.dropReleases()
+	}
 	t.dropRefs(true)
 	t.runEnd = 0
 	// A response being sent still has its IRQ slot (freed only when its
@@ -227,11 +229,9 @@ func (t *txEngine) release() {
 }
 
 // dropReleases drops the references of the jobs queued in the batch
-// (after its write, or when the QP ends).
+// (after its write, or when the QP ends); the caller has seen releasesp
+// set.
 func (t *txEngine) dropReleases() {
-	if t.releasesp == nil {
-		return
-	}
 	for i, mr := range t.releases {
 		mr.release()
 		t.releases[i] = nil
@@ -245,7 +245,9 @@ func (t *txEngine) dropReleases() {
 // queuedUpTo) lets go: the queued Responses' references and those of the
 // work requests wholly written.
 func (t *txEngine) written() {
-	t.dropReleases()
+	if t.releasesp != nil {
+		t.dropReleases()
+	}
 	t.dropRefs(false)
 }
 
@@ -282,7 +284,7 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 // (upTo <= queuedUpTo), or all of them.
 func (t *txEngine) dropRefs(all bool) {
 	if t.refsp == nil && len(t.refs) == 1 {
-		// One reference, in ref1 (refsHead 0: see below), the common
+		// One reference, in ref1 (refsHead 0: see dropList), the common
 		// batch's.
 		if all || t.refs[0].upTo <= t.queuedUpTo {
 			t.refs[0].mr.release()
@@ -291,6 +293,11 @@ func (t *txEngine) dropRefs(all bool) {
 		}
 		return
 	}
+	t.dropList(all)
+}
+
+// dropList is dropRefs for references that are not one in ref1.
+func (t *txEngine) dropList(all bool) {
 	for t.refsHead < len(t.refs) && (all || t.refs[t.refsHead].upTo <= t.queuedUpTo) {
 		t.refs[t.refsHead].mr.release()
 		t.refs[t.refsHead] = txRef{}

@@ -69,16 +69,33 @@ import (
 // runnable and one FPDU, txDirectFitsLocked), and when run it may have
 // started e (txDirectStartLocked). Holding sqMu and the engine, nothing
 // it looked at changes before txDirectGo but what a later post adds
-// (which the send goroutine takes after this one).
+// (which the send goroutine takes after this one). fast says that e is
+// the common request, a Send or Write of one SGE (validFast), for which
+// the tests of its opcode and SGEs are known to pass.
 //
 // +checklocks:qp.sqMu
-func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
+func (qp *QP) txDirectTakeLocked(e *sqEntry, fast bool) (took, run bool) {
 	t := &qp.tx
-	if t.raw == nil || qp.sqNext != qp.sq.tail-1 || !qp.irq.empty() || !directOp(e.op) ||
+	if t.raw == nil || qp.sqNext != qp.sq.tail-1 || !qp.irq.empty() || (!fast && !directOp(e.op)) ||
 		!t.state.CompareAndSwap(txParked, txDirect) {
 		return false, false
 	}
-	if !t.gated || t.job != jobNone || t.rest || qp.broken.Load() || !qp.rtsNow() || !qp.txDirectFitsLocked(e) {
+	if !t.gated || t.job != jobNone || t.rest || qp.broken.Load() || !qp.rtsNow() {
+		return true, false
+	}
+	if !fast {
+		if !qp.txDirectFitsLocked(e) {
+			return true, false
+		}
+		if e.nsge == 1 && !e.inline && (e.op == WRSend || e.op == WRWrite) {
+			qp.txDirectStartLocked(e)
+		}
+		return true, true
+	}
+	// txDirectFitsLocked for a Send or Write of one SGE: no ORQ entry to
+	// wait for, the fence's wait for the ORQ to drain
+	// (sqEntryRunnableLocked), one FPDU.
+	if (e.fence && !qp.orq.empty()) || int(e.length)+ddp.TaggedHeaderLen > t.ulpdu {
 		return true, false
 	}
 	qp.txDirectStartLocked(e)
@@ -86,19 +103,17 @@ func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
 }
 
 // txDirectStartLocked starts e, the SQ entry at sqNext (nothing after
-// it, the IRQ empty: txDirectTakeLocked), when it is a Send or Write of
-// one SGE, exactly as txPick would start it as a run of one: the check
-// of its SGE (txCheckLocked's, as txExtendRunLocked does it in line) and
-// the reference that keeps its region until the batch holding it is
-// written (takeRef), then the job. When the check or the reference
-// fails it starts nothing (and takes no reference), and the direct
-// send's txPick starts, and fails, e as the send goroutine would.
+// it, the IRQ empty: txDirectTakeLocked), a Send or Write of one SGE
+// (the caller tested that), exactly as txPick would start it as a run
+// of one: the check of its SGE (txCheckLocked's, as txExtendRunLocked
+// does it in line) and the reference that keeps its region until the
+// batch holding it is written (takeRef), then the job. When the check
+// or the reference fails it starts nothing (and takes no reference),
+// and the direct send's txPick starts, and fails, e as the send
+// goroutine would.
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectStartLocked(e *sqEntry) {
-	if e.nsge != 1 || e.inline || (e.op != WRSend && e.op != WRWrite) {
-		return
-	}
 	t, s, idx := &qp.tx, &e.sge0, qp.sqNext
 	if b, ae := s.MR.localBinding(qp.pd); ae != accessOK {
 		return
