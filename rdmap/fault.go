@@ -136,7 +136,7 @@ func (d *Device) mustFaultAddr(v any) (uintptr, runtime.Error) {
 // the stream may stop mid-FPDU, so the QP fails without a Terminate and
 // the error is returned (the engine aborts the connection). A direct
 // send builds its batch under the same guard, in line
-// (txDirectBuild).
+// (txDirectRun).
 func (qp *QP) guardTx(run func() (bool, error)) (progressed bool, err error) {
 	old := debug.SetPanicOnFault(true)
 	returned := false

@@ -54,7 +54,7 @@ import (
 // has ended (finish releases the engine's buffers after that).
 //
 // A fault in registered memory while the batch is built fails the QP as
-// in the send goroutine (txDirectBuild holds guardTx's guard in line) and
+// in the send goroutine (txDirectRun holds guardTx's guard in line) and
 // drops the unwritten batch; a write
 // error is left to the send goroutine's own write of the rest, which
 // meets it again and ends the QP as it always does.
@@ -135,11 +135,11 @@ func (qp *QP) txDirectStartLocked(e *sqEntry) {
 // txDirectTakeLocked took the engine for, when run, and gives the engine
 // back (txDirectEnd).
 func (qp *QP) txDirectGo(run bool) {
-	more := true
 	if run {
-		more = qp.txDirectRun()
+		qp.txDirectRun()
+		return
 	}
-	qp.txDirectEnd(more)
+	qp.txDirectEnd(true)
 }
 
 // rtsNow reports whether the QP is in RTS, without QP.mu (the state
@@ -147,19 +147,60 @@ func (qp *QP) txDirectGo(run bool) {
 // the change found under way, as with the lock).
 func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 
-// txDirectRun builds and writes one batch (see above). It reports
-// whether the send engine has more to do.
-func (qp *QP) txDirectRun() bool {
+// txDirectRun builds and writes one batch (see above) and gives the
+// engine back (txDirectEnd), to a send goroutine when the engine has
+// more to do.
+//
+// The batch is built under guardTx's guard, in line: faults are panics
+// while building is set, and the one deferred call recovers only then
+// (a build that returned has nothing to recover). A fault in registered
+// memory there fails the QP with the Terminate (sendFault), drops the
+// unwritten batch and leaves the rest to a send goroutine, as guardTx's
+// progress does in the send loop. Once building is clear the deferred
+// call touches nothing of the engine, which txDirectEnd may have given
+// away by then.
+func (qp *QP) txDirectRun() {
 	t := &qp.tx
-	if qp.txDirectBuild() {
-		// A memory fault: the QP is failing; nothing of the batch is
-		// written.
+	// The batch before was written whole (Wrote reset it) or dropped
+	// (Reset), or held nothing; Reset is for what nothing should leave
+	// (an empty batch's bookkeeping is as Reset leaves it, and an arena
+	// it may hold serves this batch and goes back when it is written).
+	if !t.w.Empty() {
+		t.w.Reset()
+	}
+	old := debug.SetPanicOnFault(true)
+	building := true
+	defer func() {
+		if !building {
+			return
+		}
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v == nil {
+			return // runtime.Goexit: nothing to fail
+		}
+		qp.sendFault(v)
+		// Nothing of the batch is written.
 		t.w.Reset()
 		t.written()
-		return true
+		qp.txDirectEnd(true)
+	}()
+	// One job: the one txDirectStartLocked started (the engine took
+	// none before it), framed by txEmitOne when it is one small FPDU,
+	// else txPick's.
+	if t.job != jobNone {
+		if !qp.txEmitOne() && qp.txEmitSmall() && t.job != jobNone {
+			qp.txEmit()
+		}
+	} else if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
+		qp.txEmit()
 	}
+	debug.SetPanicOnFault(old)
+	building = false
+
 	if t.w.Empty() {
-		return qp.txDirectMore()
+		qp.txDirectEnd(qp.txDirectMore())
+		return
 	}
 	fpdus := t.w.FPDUs()
 	t.pend = t.w.Pending()
@@ -178,52 +219,12 @@ func (qp *QP) txDirectRun() bool {
 		// The rest (or the error) is the send goroutine's write.
 		t.rest, t.restFPDUs = true, fpdus
 		qp.stats.txDirectRest.Add(1)
-		return true
+		qp.txDirectEnd(true)
+		return
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
 	t.written()
-	return qp.txDirectDone()
-}
-
-// txDirectBuild builds a direct send's batch: one job (the one
-// txDirectStartLocked started, framed by txEmitOne when it is one small
-// FPDU, else txPick's) into an empty batch, under guardTx's guard in
-// line (one deferred call, which recovers only when the build did not
-// return). It reports whether a fault in registered memory unwound it:
-// the QP is then failing, with the Terminate (sendFault).
-func (qp *QP) txDirectBuild() (faulted bool) {
-	t := &qp.tx
-	// The batch before was written whole (Wrote reset it) or dropped
-	// (Reset), or held nothing; Reset is for what nothing should leave
-	// (an empty batch's bookkeeping is as Reset leaves it, and an arena
-	// it may hold serves this batch and goes back when it is written).
-	if !t.w.Empty() {
-		t.w.Reset()
-	}
-	old := debug.SetPanicOnFault(true)
-	faulted = true // until the build returns
-	defer func() {
-		if !faulted {
-			debug.SetPanicOnFault(old)
-			return
-		}
-		v := recover()
-		debug.SetPanicOnFault(old)
-		if v == nil {
-			faulted = false // runtime.Goexit: nothing to fail
-			return
-		}
-		qp.sendFault(v)
-	}()
-	// A job here is txDirectStartLocked's (the engine took none before).
-	if t.job != jobNone {
-		if !qp.txEmitOne() && qp.txEmitSmall() && t.job != jobNone {
-			qp.txEmit()
-		}
-	} else if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
-		qp.txEmit()
-	}
-	return false
+	qp.txDirectEnd(qp.txDirectDone())
 }
 
 // txDirectEnd gives the engine back after a direct send: to a new send
