@@ -1139,8 +1139,11 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
 	}
-	if err := qp.checkRecv(&wr); err != nil {
-		return err
+	fast := qp.recvFast(&wr) // the common receive: valid, postOne's
+	if !fast {
+		if err := qp.checkRecv(&wr); err != nil {
+			return err
+		}
 	}
 	qp.rqMu.Lock()
 	if qp.rcq.overran() {
@@ -1159,7 +1162,11 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		}
 		return nil
 	}
-	qp.rq.post(wr)
+	if fast {
+		qp.rq.postOne(wr.ID, &wr.SGL[0])
+	} else {
+		qp.rq.post(wr)
+	}
 	qp.rqMu.Unlock()
 	return nil
 }
