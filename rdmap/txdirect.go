@@ -34,12 +34,12 @@ import (
 // other request, or when that check failed: txPick fails it) and txEmit
 // as the send goroutine would (a started request that is one small FPDU
 // framed by txEmitOne in the writer's own array), and one non-blocking
-// writev
-// (sys.Writev through RawConn.Write, whose callback never asks to wait:
-// EAGAIN writes nothing; a small FPDU is one slice, written with
-// write(2)). When the writev took the whole batch, the
-// batch's work requests complete there (txDirectDone, as txWritten), so
-// a signaled one's completion is in the CQ when PostSend returns.
+// writev (sys.Writev through RawConn.Write, whose callback never asks to
+// wait: EAGAIN writes nothing; a small FPDU is one slice, written with
+// write(2)). When the writev took the whole batch, the batch's work
+// requests complete there (txDirectRun, as txWritten, under the hold of
+// sqMu that looks for more), so a signaled one's completion is in the CQ
+// when PostSend returns.
 //
 // Whatever that leaves (the unwritten rest of the batch, t.rest; another
 // work request or a Response queued meanwhile; a state change; an error)
@@ -120,7 +120,14 @@ func (qp *QP) txDirectStartLocked(e *sqEntry) {
 	} else if _, ae := b.slice(0, s.Offset, uint64(s.Length)); ae != accessOK {
 		return
 	}
-	if !t.takeRef(s.MR, idx) {
+	if t.refs == nil {
+		// takeRef's first reference, in line (every direct send's).
+		if !s.MR.acquire() {
+			return
+		}
+		t.ref1[0] = txRef{mr: s.MR, upTo: idx + 1}
+		t.refs = t.ref1[:]
+	} else if !t.takeRef(s.MR, idx) {
 		return
 	}
 	e.state = sqActive
@@ -224,7 +231,23 @@ func (qp *QP) txDirectRun() {
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
 	t.written()
-	qp.txDirectEnd(qp.txDirectDone())
+	// txWritten and then txDirectMore under one hold of sqMu: the
+	// batch's work requests complete, and the engine has more to do
+	// when the SQ or the IRQ has, or the QP changed meanwhile.
+	more := true
+	if t.completedUpTo != t.queuedUpTo {
+		qp.sqMu.Lock()
+		ok := qp.txWrittenLocked()
+		more = qp.sqNext != qp.sq.tail || !qp.irq.empty()
+		qp.sqMu.Unlock()
+		if !ok {
+			qp.scq.overflowed()
+		}
+		more = more || t.job != jobNone || qp.broken.Load() || !qp.rtsNow()
+	} else {
+		more = qp.txDirectMore()
+	}
+	qp.txDirectEnd(more)
 }
 
 // txDirectEnd gives the engine back after a direct send: to a new send
@@ -283,25 +306,6 @@ func (qp *QP) txDirectMore() bool {
 	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
 	qp.sqMu.Unlock()
 	return more || !qp.rtsNow()
-}
-
-// txDirectDone is txWritten and then txDirectMore after a direct send's
-// batch was written whole, under one hold of sqMu: it completes the
-// batch's work requests and reports whether the engine has more to do.
-func (qp *QP) txDirectDone() bool {
-	t := &qp.tx
-	done := t.completedUpTo != t.queuedUpTo
-	if !done {
-		return qp.txDirectMore()
-	}
-	qp.sqMu.Lock()
-	ok := qp.txWrittenLocked()
-	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
-	qp.sqMu.Unlock()
-	if !ok {
-		qp.scq.overflowed()
-	}
-	return more || t.job != jobNone || qp.broken.Load() || !qp.rtsNow()
 }
 
 // directWrite is the RawConn.Write callback of a direct send (bound
