@@ -183,8 +183,9 @@ type txEngine struct {
 
 	// The direct send (txdirect.go): raw is the connection's RawConn
 	// (nil without one); writeFn (t.directWrite), bound once, with its
-	// argument pend and results dn, derr; rest is set while the writer holds the unwritten
-	// rest of a batch a direct send began, of restFPDUs FPDUs.
+	// argument pend and results dn, derr; rest is set while the writer
+	// holds the unwritten rest of a batch a direct send began, of
+	// restFPDUs FPDUs.
 	raw       syscall.RawConn
 	writeFn   func(fd uintptr) bool
 	pend      [][]byte

@@ -234,7 +234,7 @@ func (qp *QP) txDirectRun() {
 	// txWritten and then txDirectMore under one hold of sqMu: the
 	// batch's work requests complete, and the engine has more to do
 	// when the SQ or the IRQ has, or the QP changed meanwhile.
-	more := true
+	var more bool
 	if t.completedUpTo != t.queuedUpTo {
 		qp.sqMu.Lock()
 		ok := qp.txWrittenLocked()
