@@ -864,9 +864,12 @@ func (qp *QP) PostSend(wr SendWR) error {
 	// engine is parked (txdirect.go).
 	took, run := qp.txDirectTakeLocked(e, fast)
 	qp.sqMu.Unlock()
-	if took {
-		qp.txDirectGo(run)
-	} else {
+	switch {
+	case run:
+		qp.txDirectRun() // gives the engine back
+	case took:
+		qp.txDirectEnd(true) // to a send goroutine
+	default:
 		qp.ring()
 	}
 	return nil
@@ -1058,9 +1061,12 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 		took, run = qp.txDirectTakeLocked(first, false)
 	}
 	qp.sqMu.Unlock()
-	if took {
-		qp.txDirectGo(run)
-	} else if n > 0 {
+	switch {
+	case run:
+		qp.txDirectRun() // gives the engine back
+	case took:
+		qp.txDirectEnd(true) // to a send goroutine
+	case n > 0:
 		qp.ring()
 	}
 	return n, verr

@@ -30,7 +30,7 @@ import (
 // batches it). The common request, a Send or Write of one SGE, it starts
 // there too, as txPick would (txDirectStartLocked: the same check of its
 // local memory and the same reference, under the same hold of sqMu);
-// then, without sqMu (txDirectGo), it runs one job (txPick first for any
+// then, without sqMu (txDirectRun), it runs one job (txPick first for any
 // other request, or when that check failed: txPick fails it) and txEmit
 // as the send goroutine would (a started request that is one small FPDU
 // framed by txEmitOne in the writer's own array), and one non-blocking
@@ -68,10 +68,12 @@ import (
 // passed its gate, has nothing in progress, the QP is in RTS and e is
 // runnable and one FPDU, txDirectFitsLocked), and when run it may have
 // started e (txDirectStartLocked). Holding sqMu and the engine, nothing
-// it looked at changes before txDirectGo but what a later post adds
-// (which the send goroutine takes after this one). fast says that e is
-// the common request, a Send or Write of one SGE (validFast), for which
-// the tests of its opcode and SGEs are known to pass.
+// it looked at changes before txDirectRun (or, when not run, the
+// txDirectEnd that gives the engine to a send goroutine) but what a
+// later post adds (which the send goroutine takes after this one). fast
+// says that e is the common request, a Send or Write of one SGE
+// (validFast), for which the tests of its opcode and SGEs are known to
+// pass.
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectTakeLocked(e *sqEntry, fast bool) (took, run bool) {
@@ -136,17 +138,6 @@ func (qp *QP) txDirectStartLocked(e *sqEntry) {
 	t.runEnd = idx + 1
 	t.job = jobSQ
 	t.startJob(e, idx)
-}
-
-// txDirectGo runs, after sqMu is released, the direct send
-// txDirectTakeLocked took the engine for, when run, and gives the engine
-// back (txDirectEnd).
-func (qp *QP) txDirectGo(run bool) {
-	if run {
-		qp.txDirectRun()
-		return
-	}
-	qp.txDirectEnd(true)
 }
 
 // rtsNow reports whether the QP is in RTS, without QP.mu (the state
