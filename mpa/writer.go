@@ -297,7 +297,9 @@ func (w *Writer) promote(live int) {
 // stays.
 func (w *Writer) Reset() {
 	if w.onSmall {
-		// Nothing borrowed (with CRC, scratch is as without small).
+		// Nothing borrowed: no buffer, arena or iovec array (promote
+		// takes them), and with CRC scratch is as an empty batch leaves
+		// it (nothing adds to it in small).
 		w.onSmall = false
 		if w.crc {
 			w.batch = nil
@@ -305,6 +307,11 @@ func (w *Writer) Reset() {
 			w.smallIOV[0] = nil
 			w.scratch, w.iov = nil, nil
 		}
+		w.batchBytes, w.fpdus = 0, 0
+		w.scrEnd, w.spare = -1, 0
+		w.iovHead, w.batchOff = 0, 0
+		w.pend[0] = nil
+		return
 	}
 	if w.buf != nil {
 		w.buffers.Put(w.buf)
@@ -608,6 +615,64 @@ func (w *Writer) EndRun(r *Run) {
 		w.batchBytes += n
 	}
 	*r = Run{}
+}
+
+// One lays out, as the whole of an empty batch, one FPDU with a ULPDU
+// of ulen bytes in the Writer's own array (see Writer), and returns the
+// ULPDU for the caller to fill, every byte of it; EndOne then adds the
+// FPDU to the batch, as BeginRun(1), Next and EndRun would (the same
+// bytes, the same batch). It returns nil, changing nothing, when the
+// batch is not empty or holds a borrowed arena or buffer, with markers,
+// or when a run would not take the FPDU there (Next's bounds): the
+// caller then adds it with a Run or AddFPDU. Between One and EndOne the
+// caller makes no other call on the Writer but Reset, which drops the
+// FPDU.
+func (w *Writer) One(ulen int) []byte {
+	n := FPDULen(ulen)
+	switch {
+	case n > WriterSmallLen:
+		return nil
+	case w.join:
+		if w.scratch != nil || ulen > w.maxHeader+writerCopyLen {
+			return nil
+		}
+		// Nothing borrowed, nothing in the batch (WriterConfig.Scratch
+		// empty): BeginRun(1)'s small.
+		w.scratch, w.iov = w.small[:0], w.smallIOV[:0]
+	case w.crc && !w.markers:
+		if w.buf != nil || w.onSmall {
+			return nil
+		}
+		w.batch = w.small[:0]
+	default:
+		return nil
+	}
+	w.onSmall = true
+	b := w.small[:n]
+	// Next's layout: pad and the CRC field in one word, then the length.
+	binary.LittleEndian.PutUint64(b[n-8:], 0)
+	binary.BigEndian.PutUint16(b, uint16(ulen))
+	return b[LengthFieldLen:][:ulen]
+}
+
+// EndOne adds the FPDU One laid out, filled by now, to the batch (EndRun
+// of a run of that one FPDU): with CRC it computes its CRC over its
+// bytes in small.
+func (w *Writer) EndOne() {
+	n := FPDULen(int(binary.BigEndian.Uint16(w.small[:])))
+	w.fpdus++
+	w.pos += uint64(n)
+	w.batchBytes += n
+	if w.join {
+		// putScratch's open iovec, all of small up to n.
+		w.scratch = w.small[:n]
+		w.iov = w.smallIOV[:1]
+		w.scrStart, w.scrEnd = 0, n
+		return
+	}
+	c := n - CRCLen
+	binary.LittleEndian.PutUint32(w.small[c:], UpdateCRC(0, w.small[:c])) // PutCRC's order
+	w.batch = w.small[:n]
 }
 
 // copyFPDU copies a whole FPDU into the batch buffer at once (the caller

@@ -197,3 +197,123 @@ func TestWriterSmallOwnScratch(t *testing.T) {
 		t.Fatal("Reset of a batch in small dropped the caller's Scratch")
 	}
 }
+
+// TestWriterOne: One and EndOne lay out in small, borrowing nothing, the
+// FPDU a Run of one (BeginRun(1), Next, EndRun) adds to an empty batch:
+// the same stream as Framer's, whole or written in parts (Wrote, the
+// rest added to by nothing) and followed by more FPDUs; One refuses,
+// changing nothing, a batch that is not empty, an FPDU Next would refuse
+// there, markers, and a caller's Scratch without CRC; Reset between One
+// and EndOne drops the FPDU.
+func TestWriterOne(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		var w Writer
+		w.Init(WriterConfig{CRC: crc, MaxHeader: 18})
+		fr := Framer{CRC: crc}
+		var want []byte
+		var out sinkWriter
+		borrowed := func() bool { return w.arena != nil || w.scratchp != nil || w.iovp != nil || w.buf != nil }
+		hdr := make([]byte, 18)
+		for i := range hdr {
+			hdr[i] = byte(i + 1)
+		}
+		plens := []int{0, 1, 2, 3, 64, 500, WriterCopyLen}
+		if crc {
+			plens = append(plens, 600, 614) // up to all of small
+		}
+		for _, plen := range plens {
+			payload := make([]byte, plen)
+			for i := range payload {
+				payload[i] = byte(100 + i + plen)
+			}
+			b := w.One(len(hdr) + plen)
+			if b == nil {
+				t.Fatalf("crc %v: One refused a %d-byte payload", crc, plen)
+			}
+			if !w.Empty() || w.FPDUs() != 0 || borrowed() {
+				t.Fatalf("crc %v: One added to the batch before EndOne", crc)
+			}
+			copy(b, hdr)
+			copy(b[len(hdr):], payload)
+			w.EndOne()
+			want = fr.AppendFPDU(want, hdr, payload)
+			if !w.onSmall || borrowed() || w.FPDUs() != 1 || w.Empty() {
+				t.Fatalf("crc %v: the batch of One is not one FPDU in small (borrowed %v)", crc, borrowed())
+			}
+			if w.One(len(hdr)) != nil {
+				t.Fatalf("crc %v: One took a second FPDU", crc)
+			}
+			switch plen % 3 {
+			case 0: // written whole
+				n := 0
+				for _, p := range w.Pending() {
+					out.b = append(out.b, p...)
+					n += len(p)
+				}
+				if !w.Wrote(n) || w.onSmall || borrowed() || w.scratch != nil || w.iov != nil || w.batch != nil {
+					t.Fatalf("crc %v: the written batch holds something", crc)
+				}
+			case 1: // written in two parts
+				p := w.Pending()[0]
+				k := min(len(p), 5)
+				out.b = append(out.b, p[:k]...)
+				if w.Wrote(k) {
+					t.Fatalf("crc %v: a part written counted as the whole", crc)
+				}
+				if _, err := w.Flush(&out); err != nil {
+					t.Fatal(err)
+				}
+			default: // more FPDUs after it (in small while they fit there)
+				if !w.AddFPDU(hdr, payload) || w.onSmall != (2*FPDULen(len(hdr)+plen) <= WriterSmallLen) {
+					t.Fatalf("crc %v: AddFPDU after One: in small %v", crc, w.onSmall)
+				}
+				want = fr.AppendFPDU(want, hdr, payload)
+				if _, err := w.Flush(&out); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if borrowed() || w.onSmall || !w.Empty() {
+				t.Fatalf("crc %v: a written batch holds something", crc)
+			}
+		}
+		if string(out.b) != string(want) {
+			t.Fatalf("crc %v: the stream differs from Framer's (%d vs %d bytes)", crc, len(out.b), len(want))
+		}
+		// What a run of one in small refuses, One refuses.
+		if FPDULen(len(hdr)+700) <= WriterSmallLen || w.One(len(hdr)+700) != nil || w.onSmall {
+			t.Fatalf("crc %v: One took an FPDU past small", crc)
+		}
+		// Reset between One and EndOne drops the FPDU.
+		if w.One(40) == nil {
+			t.Fatal("One refused")
+		}
+		w.Reset()
+		if borrowed() || w.onSmall || !w.Empty() || w.FPDUs() != 0 {
+			t.Fatalf("crc %v: Reset after One left something", crc)
+		}
+		// A batch not empty: One refuses.
+		w.Begin(hdr, len(hdr))
+		w.End()
+		if w.One(40) != nil {
+			t.Fatalf("crc %v: One took an FPDU into a batch not empty", crc)
+		}
+		w.Reset()
+	}
+	var w Writer
+	w.Init(WriterConfig{Markers: true})
+	if w.One(40) != nil {
+		t.Fatal("One with markers")
+	}
+	w.Init(WriterConfig{CRC: true, Markers: true})
+	if w.One(40) != nil {
+		t.Fatal("One with CRC and markers")
+	}
+	w.Init(WriterConfig{Scratch: make([]byte, 0, 1024)})
+	if w.One(40) != nil {
+		t.Fatal("One with the caller's Scratch, without CRC")
+	}
+	w.Init(WriterConfig{MaxHeader: 18})
+	if w.One(18+WriterCopyLen+1) != nil {
+		t.Fatal("One without CRC took a ULPDU past MaxHeader+WriterCopyLen")
+	}
+}

@@ -85,16 +85,19 @@ func (qp *QP) memoryFault(op string, addr uintptr, cause error, terminate bool) 
 // on. It is meant as the body of the receive goroutine.
 func (qp *QP) guardRx(run func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
+	returned := false
 	defer func() {
 		// One deferred call restores the setting and recovers (run once
-		// per drive of a PollRx waiter).
+		// per drive of a PollRx waiter); only a run that did not return
+		// (a panic) has anything to recover.
+		if returned {
+			debug.SetPanicOnFault(old)
+			return
+		}
 		v := recover()
 		debug.SetPanicOnFault(old)
 		if v != nil {
-			addr, re, ok := qp.dev.faultAddr(v)
-			if !ok {
-				panic(v)
-			}
+			addr, re := qp.dev.mustFaultAddr(v)
 			// The fault cut a placement short: leave it, or a fence
 			// waiting for this engine would wait forever.
 			if mr := qp.rx.placing.Load(); mr != nil {
@@ -107,6 +110,7 @@ func (qp *QP) guardRx(run func() error) (err error) {
 		}
 	}()
 	err = run()
+	returned = true
 	if err != nil && err != errYield && errors.Is(err, syscall.EFAULT) {
 		// The stream is intact (readv read up to the fault): the
 		// Terminate can still go.
@@ -115,29 +119,52 @@ func (qp *QP) guardRx(run func() error) (err error) {
 	return err
 }
 
+// mustFaultAddr is faultAddr for a recovered panic value v that must be a
+// fault in registered memory: any other panic goes on (panic(v)).
+func (d *Device) mustFaultAddr(v any) (uintptr, runtime.Error) {
+	addr, re, ok := d.faultAddr(v)
+	if !ok {
+		panic(v)
+	}
+	return addr, re
+}
+
 // guardTx runs one batch of the send engine as guardRx runs the receive
 // engine. After a fault in user space nothing of the FPDU being built was
 // written, so the QP fails with the Terminate and guardTx reports progress
 // (the engine goes on to send it and shut down); after EFAULT from writev
 // the stream may stop mid-FPDU, so the QP fails without a Terminate and
-// the error is returned (the engine aborts the connection).
+// the error is returned (the engine aborts the connection). A direct
+// send builds its batch under the same guard, in line
+// (txDirectRun).
 func (qp *QP) guardTx(run func() (bool, error)) (progressed bool, err error) {
 	old := debug.SetPanicOnFault(true)
+	returned := false
 	defer func() {
+		if returned {
+			debug.SetPanicOnFault(old)
+			return
+		}
 		v := recover()
 		debug.SetPanicOnFault(old)
 		if v != nil {
-			addr, re, ok := qp.dev.faultAddr(v)
-			if !ok {
-				panic(v)
-			}
-			qp.memoryFault("send", addr, re, true)
+			qp.sendFault(v)
 			progressed, err = true, nil
 		}
 	}()
 	progressed, err = run()
+	returned = true
 	if err != nil && errors.Is(err, syscall.EFAULT) {
 		err = qp.memoryFault("send", 0, err, false)
 	}
 	return progressed, err
+}
+
+// sendFault fails the QP for v, a panic recovered while the send engine
+// built a batch, which must be a fault in registered memory (any other
+// panic goes on): nothing of the FPDU being built was written, so the
+// Terminate can go.
+func (qp *QP) sendFault(v any) {
+	addr, re := qp.dev.mustFaultAddr(v)
+	qp.memoryFault("send", addr, re, true)
 }

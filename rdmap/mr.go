@@ -420,15 +420,23 @@ func (mr *MR) acquire() bool {
 	}
 }
 
+// release drops an in-flight reference (acquire's, or the region's own
+// at Deregister); the last one lets go of the region's memory (idle).
 func (mr *MR) release() {
 	if mr.refs.Add(-1) == 0 {
-		mr.mu.Lock()
-		mems := mr.mems
-		mr.mems = nil
-		mr.mu.Unlock()
-		for _, mem := range mems {
-			mem.release()
-		}
+		mr.idle()
+	}
+}
+
+// idle lets go of the memory of a region whose last reference dropped
+// (release's slow path, out of line so that release inlines).
+func (mr *MR) idle() {
+	mr.mu.Lock()
+	mems := mr.mems
+	mr.mems = nil
+	mr.mu.Unlock()
+	for _, mem := range mems {
+		mem.release()
 	}
 }
 

@@ -862,11 +862,14 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	// Alone in the SQ, nothing else to send: written here if the send
 	// engine is parked (txdirect.go).
-	took, run := qp.txDirectTakeLocked(e)
+	took, run := qp.txDirectTakeLocked(e, fast)
 	qp.sqMu.Unlock()
-	if took {
-		qp.txDirectGo(run)
-	} else {
+	switch {
+	case run:
+		qp.txDirectRun() // gives the engine back
+	case took:
+		qp.txDirectEnd(true) // to a send goroutine
+	default:
 		qp.ring()
 	}
 	return nil
@@ -1055,12 +1058,15 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	// if the send engine is parked (txdirect.go), as by PostSend.
 	took, run := false, false
 	if n == 1 {
-		took, run = qp.txDirectTakeLocked(first)
+		took, run = qp.txDirectTakeLocked(first, false)
 	}
 	qp.sqMu.Unlock()
-	if took {
-		qp.txDirectGo(run)
-	} else if n > 0 {
+	switch {
+	case run:
+		qp.txDirectRun() // gives the engine back
+	case took:
+		qp.txDirectEnd(true) // to a send goroutine
+	case n > 0:
 		qp.ring()
 	}
 	return n, verr
@@ -1139,8 +1145,11 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 	if qp.srq != nil {
 		return ErrInvalidWR
 	}
-	if err := qp.checkRecv(&wr); err != nil {
-		return err
+	fast := qp.recvFast(&wr) // the common receive: valid, postOne's
+	if !fast {
+		if err := qp.checkRecv(&wr); err != nil {
+			return err
+		}
 	}
 	qp.rqMu.Lock()
 	if qp.rcq.overran() {
@@ -1159,7 +1168,11 @@ func (qp *QP) PostRecv(wr RecvWR) error {
 		}
 		return nil
 	}
-	qp.rq.post(wr)
+	if fast {
+		qp.rq.postOne(wr.ID, &wr.SGL[0])
+	} else {
+		qp.rq.post(wr)
+	}
 	qp.rqMu.Unlock()
 	return nil
 }

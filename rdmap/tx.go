@@ -182,13 +182,12 @@ type txEngine struct {
 	restart func() // txLoop on conn, made once
 
 	// The direct send (txdirect.go): raw is the connection's RawConn
-	// (nil without one); writeFn (t.directWrite) and buildFn
-	// (qp.txDirectBuild), bound once, with writeFn's argument pend and
-	// results dn, derr; rest is set while the writer holds the unwritten
-	// rest of a batch a direct send began, of restFPDUs FPDUs.
+	// (nil without one); writeFn (t.directWrite), bound once, with its
+	// argument pend and results dn, derr; rest is set while the writer
+	// holds the unwritten rest of a batch a direct send began, of
+	// restFPDUs FPDUs.
 	raw       syscall.RawConn
 	writeFn   func(fd uintptr) bool
-	buildFn   func() (bool, error)
 	pend      [][]byte
 	dn        int
 	derr      error
@@ -212,12 +211,13 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 	t.raw = rawConnOf(qp.conn)
 	t.writeFn = t.directWrite
-	t.buildFn = qp.txDirectBuild
 }
 
 func (t *txEngine) release() {
 	t.w.Release()
-	t.dropReleases()
+	if t.releasesp != nil {
+		t.dropReleases()
+	}
 	t.dropRefs(true)
 	t.runEnd = 0
 	// A response being sent still has its IRQ slot (freed only when its
@@ -230,11 +230,9 @@ func (t *txEngine) release() {
 }
 
 // dropReleases drops the references of the jobs queued in the batch
-// (after its write, or when the QP ends).
+// (after its write, or when the QP ends); the caller has seen releasesp
+// set.
 func (t *txEngine) dropReleases() {
-	if t.releasesp == nil {
-		return
-	}
 	for i, mr := range t.releases {
 		mr.release()
 		t.releases[i] = nil
@@ -248,7 +246,9 @@ func (t *txEngine) dropReleases() {
 // queuedUpTo) lets go: the queued Responses' references and those of the
 // work requests wholly written.
 func (t *txEngine) written() {
-	t.dropReleases()
+	if t.releasesp != nil {
+		t.dropReleases()
+	}
 	t.dropRefs(false)
 }
 
@@ -285,7 +285,7 @@ func (t *txEngine) takeRef(mr *MR, idx uint64) bool {
 // (upTo <= queuedUpTo), or all of them.
 func (t *txEngine) dropRefs(all bool) {
 	if t.refsp == nil && len(t.refs) == 1 {
-		// One reference, in ref1 (refsHead 0: see below), the common
+		// One reference, in ref1 (refsHead 0: see dropList), the common
 		// batch's.
 		if all || t.refs[0].upTo <= t.queuedUpTo {
 			t.refs[0].mr.release()
@@ -294,6 +294,11 @@ func (t *txEngine) dropRefs(all bool) {
 		}
 		return
 	}
+	t.dropList(all)
+}
+
+// dropList is dropRefs for references that are not one in ref1.
+func (t *txEngine) dropList(all bool) {
 	for t.refsHead < len(t.refs) && (all || t.refs[t.refsHead].upTo <= t.queuedUpTo) {
 		t.refs[t.refsHead].mr.release()
 		t.refs[t.refsHead] = txRef{}
@@ -1171,6 +1176,48 @@ func (qp *QP) txEmitSmall() bool {
 		t.startJob(e, idx)
 	}
 	return !full
+}
+
+// txEmitOne is txEmitSmall for the job a direct send started
+// (txDirectStartLocked: a Send or Write of one SGE, a run of one, its
+// cursor at the start) in an empty batch: when the message is one small
+// FPDU the writer lays out in its own array (mpa.Writer.One), it frames
+// it there as txEmitSmall would, with the same bytes and the same
+// bookkeeping, and reports true; otherwise it queues nothing and
+// reports false (txEmitSmall and txEmit go on with the job).
+func (qp *QP) txEmitOne() bool {
+	t := &qp.tx
+	e := t.wr
+	n := int(e.length)
+	if e.op == WRWrite {
+		if n > t.ulpdu-ddp.TaggedHeaderLen || qp.broken.Load() {
+			return false
+		}
+		b := t.w.One(ddp.TaggedHeaderLen + n)
+		if b == nil {
+			return false
+		}
+		f := t.writeFields(e, true)
+		ddp.PutTagged(b, &f)
+		copy(b[ddp.TaggedHeaderLen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n))) // onePiece's SGE case
+	} else {
+		if n > t.ulpdu-ddp.UntaggedHeaderLen || qp.broken.Load() {
+			return false
+		}
+		b := t.w.One(ddp.UntaggedHeaderLen + n)
+		if b == nil {
+			return false
+		}
+		f := t.sendFields(e, sendOpcode(e), true)
+		ddp.PutUntagged(b, &f)
+		copy(b[ddp.UntaggedHeaderLen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n)))
+		t.msn[wire.QNSend]++
+	}
+	t.w.EndOne()
+	// The run of one is queued (finishWR's end of a run).
+	t.queuedUpTo = t.wrIdx + 1
+	t.job, t.wr = jobNone, nil
+	return true
 }
 
 // dataHeaderLen is the DDP header length of a data message of opcode op:

@@ -2,6 +2,7 @@ package rdmap
 
 import (
 	"errors"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/gosiw/gosiw/ddp"
@@ -29,14 +30,16 @@ import (
 // batches it). The common request, a Send or Write of one SGE, it starts
 // there too, as txPick would (txDirectStartLocked: the same check of its
 // local memory and the same reference, under the same hold of sqMu);
-// then, without sqMu (txDirectGo), it runs one job (txPick first for any
+// then, without sqMu (txDirectRun), it runs one job (txPick first for any
 // other request, or when that check failed: txPick fails it) and txEmit
-// as the send goroutine would, and one non-blocking writev
-// (sys.Writev through RawConn.Write, whose callback never asks to wait:
-// EAGAIN writes nothing; a small FPDU is one slice, written with
-// write(2)). When the writev took the whole batch, the
-// batch's work requests complete there (txDirectDone, as txWritten), so
-// a signaled one's completion is in the CQ when PostSend returns.
+// as the send goroutine would (a started request that is one small FPDU
+// framed by txEmitOne in the writer's own array), and one non-blocking
+// writev (sys.Writev through RawConn.Write, whose callback never asks to
+// wait: EAGAIN writes nothing; a small FPDU is one slice, written with
+// write(2)). When the writev took the whole batch, the batch's work
+// requests complete there (txDirectRun, as txWritten, under the hold of
+// sqMu that looks for more), so a signaled one's completion is in the CQ
+// when PostSend returns.
 //
 // Whatever that leaves (the unwritten rest of the batch, t.rest; another
 // work request or a Response queued meanwhile; a state change; an error)
@@ -51,7 +54,8 @@ import (
 // has ended (finish releases the engine's buffers after that).
 //
 // A fault in registered memory while the batch is built fails the QP as
-// in the send goroutine (guardTx) and drops the unwritten batch; a write
+// in the send goroutine (txDirectRun holds guardTx's guard in line) and
+// drops the unwritten batch; a write
 // error is left to the send goroutine's own write of the rest, which
 // meets it again and ends the QP as it always does.
 
@@ -64,17 +68,36 @@ import (
 // passed its gate, has nothing in progress, the QP is in RTS and e is
 // runnable and one FPDU, txDirectFitsLocked), and when run it may have
 // started e (txDirectStartLocked). Holding sqMu and the engine, nothing
-// it looked at changes before txDirectGo but what a later post adds
-// (which the send goroutine takes after this one).
+// it looked at changes before txDirectRun (or, when not run, the
+// txDirectEnd that gives the engine to a send goroutine) but what a
+// later post adds (which the send goroutine takes after this one). fast
+// says that e is the common request, a Send or Write of one SGE
+// (validFast), for which the tests of its opcode and SGEs are known to
+// pass.
 //
 // +checklocks:qp.sqMu
-func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
+func (qp *QP) txDirectTakeLocked(e *sqEntry, fast bool) (took, run bool) {
 	t := &qp.tx
-	if t.raw == nil || qp.sqNext != qp.sq.tail-1 || !qp.irq.empty() || !directOp(e.op) ||
+	if t.raw == nil || qp.sqNext != qp.sq.tail-1 || !qp.irq.empty() || (!fast && !directOp(e.op)) ||
 		!t.state.CompareAndSwap(txParked, txDirect) {
 		return false, false
 	}
-	if !t.gated || t.job != jobNone || t.rest || qp.broken.Load() || !qp.rtsNow() || !qp.txDirectFitsLocked(e) {
+	if !t.gated || t.job != jobNone || t.rest || qp.broken.Load() || !qp.rtsNow() {
+		return true, false
+	}
+	if !fast {
+		if !qp.txDirectFitsLocked(e) {
+			return true, false
+		}
+		if e.nsge == 1 && !e.inline && (e.op == WRSend || e.op == WRWrite) {
+			qp.txDirectStartLocked(e)
+		}
+		return true, true
+	}
+	// txDirectFitsLocked for a Send or Write of one SGE: no ORQ entry to
+	// wait for, the fence's wait for the ORQ to drain
+	// (sqEntryRunnableLocked), one FPDU.
+	if (e.fence && !qp.orq.empty()) || int(e.length)+ddp.TaggedHeaderLen > t.ulpdu {
 		return true, false
 	}
 	qp.txDirectStartLocked(e)
@@ -82,26 +105,31 @@ func (qp *QP) txDirectTakeLocked(e *sqEntry) (took, run bool) {
 }
 
 // txDirectStartLocked starts e, the SQ entry at sqNext (nothing after
-// it, the IRQ empty: txDirectTakeLocked), when it is a Send or Write of
-// one SGE, exactly as txPick would start it as a run of one: the check
-// of its SGE (txCheckLocked's, as txExtendRunLocked does it in line) and
-// the reference that keeps its region until the batch holding it is
-// written (takeRef), then the job. When the check or the reference
-// fails it starts nothing (and takes no reference), and the direct
-// send's txPick starts, and fails, e as the send goroutine would.
+// it, the IRQ empty: txDirectTakeLocked), a Send or Write of one SGE
+// (the caller tested that), exactly as txPick would start it as a run
+// of one: the check of its SGE (txCheckLocked's, as txExtendRunLocked
+// does it in line) and the reference that keeps its region until the
+// batch holding it is written (takeRef), then the job. When the check
+// or the reference fails it starts nothing (and takes no reference),
+// and the direct send's txPick starts, and fails, e as the send
+// goroutine would.
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectStartLocked(e *sqEntry) {
-	if e.nsge != 1 || e.inline || (e.op != WRSend && e.op != WRWrite) {
-		return
-	}
 	t, s, idx := &qp.tx, &e.sge0, qp.sqNext
 	if b, ae := s.MR.localBinding(qp.pd); ae != accessOK {
 		return
 	} else if _, ae := b.slice(0, s.Offset, uint64(s.Length)); ae != accessOK {
 		return
 	}
-	if !t.takeRef(s.MR, idx) {
+	if t.refs == nil {
+		// takeRef's first reference, in line (every direct send's).
+		if !s.MR.acquire() {
+			return
+		}
+		t.ref1[0] = txRef{mr: s.MR, upTo: idx + 1}
+		t.refs = t.ref1[:]
+	} else if !t.takeRef(s.MR, idx) {
 		return
 	}
 	e.state = sqActive
@@ -112,37 +140,65 @@ func (qp *QP) txDirectStartLocked(e *sqEntry) {
 	t.startJob(e, idx)
 }
 
-// txDirectGo runs, after sqMu is released, the direct send
-// txDirectTakeLocked took the engine for, when run, and gives the engine
-// back (txDirectEnd).
-func (qp *QP) txDirectGo(run bool) {
-	more := true
-	if run {
-		more = qp.txDirectRun()
-	}
-	qp.txDirectEnd(more)
-}
-
 // rtsNow reports whether the QP is in RTS, without QP.mu (the state
 // changes under mu; a send that saw RTS just before a change is one that
 // the change found under way, as with the lock).
 func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 
-// txDirectRun builds and writes one batch (see above). It reports
-// whether the send engine has more to do.
-func (qp *QP) txDirectRun() bool {
+// txDirectRun builds and writes one batch (see above) and gives the
+// engine back (txDirectEnd), to a send goroutine when the engine has
+// more to do.
+//
+// The batch is built under guardTx's guard, in line: faults are panics
+// while building is set, and the one deferred call recovers only then
+// (a build that returned has nothing to recover). A fault in registered
+// memory there fails the QP with the Terminate (sendFault), drops the
+// unwritten batch and leaves the rest to a send goroutine, as guardTx's
+// progress does in the send loop. Once building is clear the deferred
+// call touches nothing of the engine, which txDirectEnd may have given
+// away by then.
+func (qp *QP) txDirectRun() {
 	t := &qp.tx
-	// guardTx reports progress only when it recovered from a fault:
-	// txDirectBuild itself reports none.
-	if faulted, _ := qp.guardTx(t.buildFn); faulted {
-		// A memory fault: the QP is failing; nothing of the batch is
-		// written.
+	// The batch before was written whole (Wrote reset it) or dropped
+	// (Reset), or held nothing; Reset is for what nothing should leave
+	// (an empty batch's bookkeeping is as Reset leaves it, and an arena
+	// it may hold serves this batch and goes back when it is written).
+	if !t.w.Empty() {
+		t.w.Reset()
+	}
+	old := debug.SetPanicOnFault(true)
+	building := true
+	defer func() {
+		if !building {
+			return
+		}
+		v := recover()
+		debug.SetPanicOnFault(old)
+		if v == nil {
+			return // runtime.Goexit: nothing to fail
+		}
+		qp.sendFault(v)
+		// Nothing of the batch is written.
 		t.w.Reset()
 		t.written()
-		return true
+		qp.txDirectEnd(true)
+	}()
+	// One job: the one txDirectStartLocked started (the engine took
+	// none before it), framed by txEmitOne when it is one small FPDU,
+	// else txPick's.
+	if t.job != jobNone {
+		if !qp.txEmitOne() && qp.txEmitSmall() && t.job != jobNone {
+			qp.txEmit()
+		}
+	} else if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
+		qp.txEmit()
 	}
+	debug.SetPanicOnFault(old)
+	building = false
+
 	if t.w.Empty() {
-		return qp.txDirectMore()
+		qp.txDirectEnd(qp.txDirectMore())
+		return
 	}
 	fpdus := t.w.FPDUs()
 	t.pend = t.w.Pending()
@@ -161,31 +217,28 @@ func (qp *QP) txDirectRun() bool {
 		// The rest (or the error) is the send goroutine's write.
 		t.rest, t.restFPDUs = true, fpdus
 		qp.stats.txDirectRest.Add(1)
-		return true
+		qp.txDirectEnd(true)
+		return
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
 	t.written()
-	return qp.txDirectDone()
-}
-
-// txDirectBuild is guardTx's function for a direct send (bound once, as
-// txEngine.buildFn): one job (the one txDirectStartLocked started, else
-// txPick's) into an empty batch. It reports no progress, so that
-// guardTx's report of progress means a fault in registered memory
-// unwound it.
-func (qp *QP) txDirectBuild() (bool, error) {
-	t := &qp.tx
-	// The batch before was written whole (Wrote reset it) or dropped
-	// (Reset), or held nothing; Reset is for what nothing should leave
-	// (an empty batch's bookkeeping is as Reset leaves it, and an arena
-	// it may hold serves this batch and goes back when it is written).
-	if !t.w.Empty() {
-		t.w.Reset()
+	// txWritten and then txDirectMore under one hold of sqMu: the
+	// batch's work requests complete, and the engine has more to do
+	// when the SQ or the IRQ has, or the QP changed meanwhile.
+	var more bool
+	if t.completedUpTo != t.queuedUpTo {
+		qp.sqMu.Lock()
+		ok := qp.txWrittenLocked()
+		more = qp.sqNext != qp.sq.tail || !qp.irq.empty()
+		qp.sqMu.Unlock()
+		if !ok {
+			qp.scq.overflowed()
+		}
+		more = more || t.job != jobNone || qp.broken.Load() || !qp.rtsNow()
+	} else {
+		more = qp.txDirectMore()
 	}
-	if (t.job != jobNone || qp.txPick()) && qp.txEmitSmall() && t.job != jobNone {
-		qp.txEmit()
-	}
-	return false, nil
+	qp.txDirectEnd(more)
 }
 
 // txDirectEnd gives the engine back after a direct send: to a new send
@@ -244,25 +297,6 @@ func (qp *QP) txDirectMore() bool {
 	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
 	qp.sqMu.Unlock()
 	return more || !qp.rtsNow()
-}
-
-// txDirectDone is txWritten and then txDirectMore after a direct send's
-// batch was written whole, under one hold of sqMu: it completes the
-// batch's work requests and reports whether the engine has more to do.
-func (qp *QP) txDirectDone() bool {
-	t := &qp.tx
-	done := t.completedUpTo != t.queuedUpTo
-	if !done {
-		return qp.txDirectMore()
-	}
-	qp.sqMu.Lock()
-	ok := qp.txWrittenLocked()
-	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
-	qp.sqMu.Unlock()
-	if !ok {
-		qp.scq.overflowed()
-	}
-	return more || t.job != jobNone || qp.broken.Load() || !qp.rtsNow()
 }
 
 // directWrite is the RawConn.Write callback of a direct send (bound
