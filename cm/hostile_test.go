@@ -142,6 +142,12 @@ func TestHostileInitiators(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			// Only this case's events count: an earlier case's connection
+			// may have had the same client port (to the other listener,
+			// or once its TIME_WAIT ended), and so the same RemoteAddr.
+			srv.mu.Lock()
+			start := len(srv.all)
+			srv.mu.Unlock()
 			raw := rawDial(t, c.l.LocalAddr())
 			me := raw.LocalAddr().String()
 			c.send(raw)
@@ -163,7 +169,7 @@ func TestHostileInitiators(t *testing.T) {
 			conn.Close()
 			srv.mu.Lock()
 			var child *cm.ID
-			for _, x := range srv.all {
+			for _, x := range srv.all[start:] {
 				if x.ev.Type == cm.EventConnectRequest && x.ev.RemoteAddr.String() == me {
 					child = x.id
 					if x.ev.IRD != c.ird || x.ev.ORD != c.ird {
