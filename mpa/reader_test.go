@@ -46,6 +46,30 @@ func (p *countPlacer) Leave() {
 	p.inside = false
 }
 
+// readStreamed reads the next FPDU the streaming way (Next, Header of
+// its 18-byte untagged DDP header, Place of the rest through p, Trailer)
+// and returns its ULPDU; any error fails the test, labelled with what.
+func readStreamed(t *testing.T, rd *mpa.Reader, p mpa.Placer, what string) []byte {
+	t.Helper()
+	n, err := rd.Next()
+	if err != nil {
+		t.Fatalf("%s: Next = %d, %v", what, n, err)
+	}
+	got := make([]byte, n)
+	h, err := rd.Header(18)
+	if err != nil {
+		t.Fatalf("%s: Header: %v", what, err)
+	}
+	copy(got, h)
+	if err := rd.Place(got[18:], p); err != nil {
+		t.Fatalf("%s: Place: %v", what, err)
+	}
+	if err := rd.Trailer(); err != nil {
+		t.Fatalf("%s: Trailer: %v", what, err)
+	}
+	return got
+}
+
 // vecReader is a chunkReader that also reads vectors, and records how
 // many bytes went into dst.
 type vecReader struct {
@@ -535,24 +559,9 @@ func TestReaderLendsWhileMoving(t *testing.T) {
 		p := &countPlacer{t: t}
 		read := func(want []byte) {
 			t.Helper()
-			n, err := rd.Next()
-			if err != nil || n != len(want) {
-				t.Fatalf("crc=%v: Next = %d, %v; want %d", crc, n, err, len(want))
-			}
-			got := make([]byte, n)
-			h, err := rd.Header(18)
-			if err != nil {
-				t.Fatal(err)
-			}
-			copy(got, h)
-			if err := rd.Place(got[18:], p); err != nil {
-				t.Fatal(err)
-			}
-			if err := rd.Trailer(); err != nil {
-				t.Fatal(err)
-			}
+			got := readStreamed(t, rd, p, fmt.Sprintf("crc=%v", crc))
 			if !bytes.Equal(got, want) {
-				t.Fatalf("crc=%v: ULPDU of %d bytes differs", crc, n)
+				t.Fatalf("crc=%v: ULPDU of %d bytes differs", crc, len(want))
 			}
 		}
 		idle := func(what string) {

@@ -216,22 +216,7 @@ func TestReaderFill(t *testing.T) {
 							continue
 						}
 					}
-					n, err := rd.Next()
-					if err != nil || n != len(want) {
-						t.Fatalf("crc=%v lend=%v: Next %d = %d, %v", crc, lend, i, n, err)
-					}
-					got := make([]byte, n)
-					h, err := rd.Header(18)
-					if err != nil {
-						t.Fatal(err)
-					}
-					copy(got, h)
-					if err := rd.Place(got[18:], p); err != nil {
-						t.Fatal(err)
-					}
-					if err := rd.Trailer(); err != nil {
-						t.Fatal(err)
-					}
+					got := readStreamed(t, rd, p, fmt.Sprintf("crc=%v lend=%v: FPDU %d", crc, lend, i))
 					if !bytes.Equal(got, want) {
 						t.Fatalf("crc=%v lend=%v: FPDU %d differs", crc, lend, i)
 					}
@@ -386,22 +371,7 @@ func TestReaderFillRandom(t *testing.T) {
 						continue
 					}
 				}
-				n, err := rd.Next()
-				if err != nil || n != len(want) {
-					t.Fatalf("iter %d: Next %d = %d, %v", iter, i, n, err)
-				}
-				got := make([]byte, n)
-				h, err := rd.Header(18)
-				if err != nil {
-					t.Fatal(err)
-				}
-				copy(got, h)
-				if err := rd.Place(got[18:], p); err != nil {
-					t.Fatal(err)
-				}
-				if err := rd.Trailer(); err != nil {
-					t.Fatal(err)
-				}
+				got := readStreamed(t, rd, p, fmt.Sprintf("iter %d: FPDU %d", iter, i))
 				if !bytes.Equal(got, want) {
 					t.Fatalf("iter %d: FPDU %d differs", iter, i)
 				}
