@@ -57,3 +57,6 @@ func PokeRx(qp *QP) { _ = qp.rx.conn.SetReadDeadline(pastDeadline) }
 // way (Next, Header, Place, Trailer), even one all buffered, which it
 // otherwise takes with mpa.Reader.Whole. Call it before the QP starts.
 func SetRxNoWhole(qp *QP) { qp.rx.noWhole = true }
+
+// TruncatableMapping is truncatableMapping (fault_internal_test.go).
+var TruncatableMapping = truncatableMapping

@@ -30,19 +30,7 @@ func TestGuardFaults(t *testing.T) {
 	}
 
 	page := unix.Getpagesize()
-	f, err := os.Create(filepath.Join(t.TempDir(), "m.img"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(int64(4 * page)); err != nil {
-		t.Fatal(err)
-	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, 4*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Skip(err)
-	}
-	defer unix.Munmap(mem)
+	mem, f := truncatableMapping(t, 4)
 	mr, err := pd.RegisterMemory(mem, AccessLocalWrite|AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
@@ -113,4 +101,27 @@ func TestGuardFaults(t *testing.T) {
 	}()
 	var p *int
 	_ = newQP().guardRx(func() error { sink += byte(*p); return nil })
+}
+
+// truncatableMapping maps a file of pages pages, shared, for a test that
+// truncates the file (f.Truncate) to make accesses past the new end
+// fault (SIGBUS). It skips the test where the mapping is refused; the
+// mapping and the file go at the test's end.
+func truncatableMapping(t testing.TB, pages int) ([]byte, *os.File) {
+	t.Helper()
+	page := unix.Getpagesize()
+	f, err := os.Create(filepath.Join(t.TempDir(), "m.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := f.Truncate(int64(pages * page)); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, pages*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return mem, f
 }

@@ -3,8 +3,6 @@ package rdmap_test
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,19 +22,7 @@ func TestDirectSendFault(t *testing.T) {
 		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) {
 			v, p, _, _ := directVictim(t, crc)
 			page := unix.Getpagesize()
-			f, err := os.Create(filepath.Join(t.TempDir(), "m.img"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if err := f.Truncate(int64(4 * page)); err != nil {
-				t.Fatal(err)
-			}
-			mem, err := unix.Mmap(int(f.Fd()), 0, 4*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-			if err != nil {
-				t.Skip(err)
-			}
-			defer unix.Munmap(mem)
+			mem, f := rdmap.TruncatableMapping(t, 4)
 			mr := v.reg(t, mem, rdmap.AccessLocalWrite)
 			if err := f.Truncate(int64(page)); err != nil {
 				t.Fatal(err)
