@@ -260,11 +260,12 @@ func (qp *QP) rxFinal(conn net.Conn, err error) {
 // without QPs, driven by nobody), so the registration a driver got
 // stays the one watching its context while it drives.
 //
-// The registration keeps its context too when the context's type is
-// comparable: a Wait with that very context (==, which cannot panic: an
-// equal dynamic type is the registration's, comparable) finds it
-// without calling Done (a context's Done returns the same channel each
-// time).
+// The registration keeps its context too when the context is a pointer
+// (every cancelable context of package context is): a Wait with that
+// very context (==, which compares two pointers and cannot panic, unlike
+// == on a comparable struct type whose interface fields may hold
+// uncomparable values) finds it without calling Done (a context's Done
+// returns the same channel each time).
 func (cq *CQ) watch(ctx context.Context) *ctxWatch {
 	if w := cq.wreg.Load(); w != nil && w.ctx == ctx {
 		return w
@@ -290,7 +291,7 @@ func (cq *CQ) watchDone(ctx context.Context) *ctxWatch {
 		w.stop()
 	}
 	w := &ctxWatch{cq: cq, done: done}
-	if reflect.TypeOf(ctx).Comparable() {
+	if reflect.TypeOf(ctx).Kind() == reflect.Pointer {
 		w.ctx = ctx
 	}
 	w.stop = context.AfterFunc(ctx, w.fire)
@@ -298,8 +299,8 @@ func (cq *CQ) watchDone(ctx context.Context) *ctxWatch {
 	return w
 }
 
-// ctxWatch is watch's registration: the context watched (nil unless its
-// type is comparable) and its Done channel, the function that cancels
+// ctxWatch is watch's registration: the context watched (nil unless it
+// is a pointer) and its Done channel, the function that cancels
 // the AfterFunc, and whether it ran (the context is done).
 type ctxWatch struct {
 	cq    *CQ

@@ -329,3 +329,43 @@ func TestPollRxCancelSharedDone(t *testing.T) {
 	mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
 	expectWC(t, poll(t, a.cq), 2, rdmap.WCRecv, rdmap.WCSuccess)
 }
+
+// valueCtx is a context of a comparable struct type; uncomparableCtx is
+// one of an uncomparable type (its slice), used by value. Comparing two
+// valueCtx that each hold an uncomparableCtx panics.
+type valueCtx struct{ context.Context }
+
+type uncomparableCtx struct {
+	context.Context
+	tags []string
+}
+
+// TestPollRxUncomparableContext: Waits whose contexts are values of a
+// comparable struct type holding uncomparable contexts (legal contexts,
+// for which == panics) run the receive engine and return their
+// completions, one after another with the same parent: CQ.watch never
+// compares two such contexts.
+func TestPollRxUncomparableContext(t *testing.T) {
+	a, b, abuf, bbuf := drivenPair(t)
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 3 {
+		ctx := valueCtx{uncomparableCtx{Context: parent, tags: []string{"wait"}}}
+		mustPost(t, a.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{abuf.SGE(0, 64)}}))
+		errc := make(chan error, 1)
+		go func() { errc <- a.cq.Wait(ctx) }()
+		if !rdmap.WaitRxDriven(a.qp) {
+			t.Fatalf("Wait %d did not take the receive engine", i)
+		}
+		mustPost(t, b.qp.PostSend(rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{bbuf.SGE(0, 64)}}))
+		if err := <-errc; err != nil {
+			t.Fatalf("Wait %d = %v, want the receive", i, err)
+		}
+		var wc [1]rdmap.WC
+		if a.cq.Poll(wc[:]) != 1 {
+			t.Fatalf("Wait %d returned with nothing to poll", i)
+		}
+		expectWC(t, wc[0], uint64(i), rdmap.WCRecv, rdmap.WCSuccess)
+		rdmap.WaitRxFree(a.qp)
+	}
+}
