@@ -1074,7 +1074,8 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 		if !t.w.Room(hlen+n, pieces) {
 			return false
 		}
-		h := t.dataHeader(e, op, last)
+		h := t.hdr[:hlen]
+		t.putDataHeader(h, e, op, last)
 		if e.inline || e.nsge == 1 {
 			t.w.FPDU(h, qp.txPiece(e, n))
 		} else {
@@ -1151,7 +1152,9 @@ func (qp *QP) txEmitSmall() bool {
 			// tells a full batch.
 			t.w.EndRun(&run)
 			open = false
-			if !t.w.AddFPDU(t.dataHeader(e, op, true), qp.onePiece(e, idx, 0, n)) {
+			h := t.hdr[:dataHeaderLen(op)]
+			t.putDataHeader(h, e, op, true)
+			if !t.w.AddFPDU(h, qp.onePiece(e, idx, 0, n)) {
 				full = true
 				break
 			}
@@ -1189,28 +1192,21 @@ func (qp *QP) txEmitOne() bool {
 	t := &qp.tx
 	e := t.wr
 	n := int(e.length)
-	if e.op == WRWrite {
-		if n > t.ulpdu-ddp.TaggedHeaderLen || qp.broken.Load() {
-			return false
-		}
-		b := t.w.One(ddp.TaggedHeaderLen + n)
-		if b == nil {
-			return false
-		}
-		f := t.writeFields(e, true)
-		ddp.PutTagged(b, &f)
-		copy(b[ddp.TaggedHeaderLen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n))) // onePiece's SGE case
-	} else {
-		if n > t.ulpdu-ddp.UntaggedHeaderLen || qp.broken.Load() {
-			return false
-		}
-		b := t.w.One(ddp.UntaggedHeaderLen + n)
-		if b == nil {
-			return false
-		}
-		f := t.sendFields(e, sendOpcode(e), true)
-		ddp.PutUntagged(b, &f)
-		copy(b[ddp.UntaggedHeaderLen:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n)))
+	op := wire.OpWrite
+	if e.op != WRWrite {
+		op = sendOpcode(e)
+	}
+	hl := dataHeaderLen(op)
+	if n > t.ulpdu-hl || qp.broken.Load() {
+		return false
+	}
+	b := t.w.One(hl + n)
+	if b == nil {
+		return false
+	}
+	t.putDataHeader(b, e, op, true)
+	copy(b[hl:], e.sge0.MR.localBytes(e.sge0.Offset, uint64(n))) // onePiece's SGE case
+	if op != wire.OpWrite {
 		t.msn[wire.QNSend]++
 	}
 	t.w.EndOne()
@@ -1229,17 +1225,17 @@ func dataHeaderLen(op wire.Opcode) int {
 	return ddp.UntaggedHeaderLen
 }
 
-// dataHeader builds, in t.hdr, the DDP header of the job's next segment
-// of a Write or a Send (writeFields, sendFields).
-func (t *txEngine) dataHeader(e *sqEntry, op wire.Opcode, last bool) []byte {
+// putDataHeader writes into h, at least dataHeaderLen(op) bytes, the DDP
+// header of the job's next segment of a Write or a Send e of opcode op
+// (writeFields, sendFields).
+func (t *txEngine) putDataHeader(h []byte, e *sqEntry, op wire.Opcode, last bool) {
 	if op == wire.OpWrite {
-		h, f := t.hdr[:ddp.TaggedHeaderLen], t.writeFields(e, last)
+		f := t.writeFields(e, last)
 		ddp.PutTagged(h, &f)
-		return h
+		return
 	}
-	h, f := t.hdr[:ddp.UntaggedHeaderLen], t.sendFields(e, op, last)
+	f := t.sendFields(e, op, last)
 	ddp.PutUntagged(h, &f)
-	return h
 }
 
 // writeFields returns the tagged DDP header of the job's next segment
