@@ -941,11 +941,45 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 // +checklocks:qp.sqMu
 func (qp *QP) pushOneSGELocked(wr *SendWR) *sqEntry {
 	e := qp.sq.push()
+	setOneSGE(e, wr, qp.cfg.SignalAll)
+	return e
+}
+
+// pushOneSGEsLocked pushes the longest prefix of wrs whose requests are
+// all common ones (validFast) as pushOneSGELocked pushes each, and
+// returns how many it pushed: the same entries in the same slots, the
+// SQ's tail moved once for them. The caller has checked that the SQ has
+// room for len(wrs) more.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) pushOneSGEsLocked(wrs []SendWR) int {
+	r := &qp.sq
+	tail, all := r.tail, qp.cfg.SignalAll
+	n := 0
+	for ; n < len(wrs); n++ {
+		wr := &wrs[n]
+		if !validFast(wr) {
+			break
+		}
+		s := (tail + uint64(n)) & r.mask
+		c := r.chunks[s/ringChunk]
+		if c == nil {
+			c = new([ringChunk]sqEntry) // as ring.push allocates
+			r.chunks[s/ringChunk] = c
+		}
+		setOneSGE(&c[s%ringChunk], wr, all)
+	}
+	r.tail = tail + uint64(n)
+	return n
+}
+
+// setOneSGE sets every field of the SQ entry e for the common request
+// wr (validFast): sqPosted, signaled also when signalAll.
+func setOneSGE(e *sqEntry, wr *SendWR, signalAll bool) {
 	s := &wr.SGL[0]
 	e.id, e.length, e.invSTag, e.remote, e.sge0 = wr.ID, s.Length, wr.InvalidateSTag, wr.Remote, *s
 	e.op, e.nsge, e.state, e.status = wr.Op, 1, sqPosted, WCSuccess
-	e.signaled, e.solicited, e.fence, e.inline = wr.Signaled || qp.cfg.SignalAll, wr.Solicited, wr.Fence, false
-	return e
+	e.signaled, e.solicited, e.fence, e.inline = wr.Signaled || signalAll, wr.Solicited, wr.Fence, false
 }
 
 // extSlot returns the sqExt of SQ slot slot, allocating QP.sqExt at its
@@ -1015,12 +1049,8 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 		// room; the loop below takes over at the first other request
 		// (and tells a full SQ).
 		room := qp.sq.limit - qp.sq.len()
-		for n < len(wrs) && n < room && validFast(&wrs[n]) {
-			e := qp.pushOneSGELocked(&wrs[n])
-			if n == 0 {
-				first = e
-			}
-			n++
+		if n = qp.pushOneSGEsLocked(wrs[:min(len(wrs), max(room, 0))]); n > 0 {
+			first = qp.sq.at(qp.sq.tail - uint64(n))
 		}
 	}
 	for ; n < len(wrs); n++ {
