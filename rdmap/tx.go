@@ -171,8 +171,15 @@ type txEngine struct {
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	releases                  []*MR
-	releasesp                 *[]*MR
+	// plainFrom and plainTo bound the last stretch of plain work
+	// requests txEmitSmall queued, SQ indices plainFrom up to plainTo-1:
+	// each unsignaled with status WCSuccess, a Send or Write of inline
+	// data or one SGE whose sge0.MR txEmitSmall has cleared, so that
+	// the sweep has nothing to do for it but move the SQ's head past it
+	// (txWrittenLocked does that in one step).
+	plainFrom, plainTo uint64
+	releases           []*MR
+	releasesp          *[]*MR
 
 	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
 	// connection a restarted one writes to; whether txGate has opened.
@@ -220,6 +227,7 @@ func (t *txEngine) release() {
 	}
 	t.dropRefs(true)
 	t.runEnd = 0
+	t.plainFrom, t.plainTo = 0, 0
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
 	t.resp = irqEntry{}
@@ -655,6 +663,12 @@ func (qp *QP) txWritten() bool {
 // +checklocks:qp.sqMu
 func (qp *QP) txWrittenLocked() bool {
 	t := &qp.tx
+	// The SQ's head inside the stretch of plain requests, all written
+	// and started: the sweep would only move the head past them, one at
+	// a time (txEmitSmall dropped their sge0.MR).
+	if h := qp.sq.head; h >= t.plainFrom && h < t.plainTo && t.plainTo <= t.queuedUpTo && t.plainTo <= qp.sqNext {
+		qp.sq.head = t.plainTo
+	}
 	ok := qp.sweepWrittenLocked(t.queuedUpTo)
 	// What the sweep did not reach (behind a Read or atomic waiting for
 	// its response) is marked done for a later sweep.
@@ -1161,6 +1175,19 @@ func (qp *QP) txEmitSmall() bool {
 		}
 		if op != wire.OpWrite {
 			t.msn[wire.QNSend]++
+		}
+		// e is queued: nothing reads its sge0.MR from now on (its region
+		// stays referenced by t.refs until the batch is written), and
+		// the sweep under sqMu, which reads only its other fields before
+		// it is done (txWrittenLocked marks it, after this), need not
+		// drop it.
+		e.sge0.MR = nil
+		if !e.signaled && e.status == WCSuccess {
+			// Plain: the stretch grows, or a new one starts here.
+			if t.plainTo != idx {
+				t.plainFrom = idx
+			}
+			t.plainTo = idx + 1
 		}
 		idx++
 		if idx == end {
