@@ -762,7 +762,10 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
 	var lastMR *MR // the region of the last one-SGE request checked, its mapping lastBind
 	var lastBind *mrBinding
-	var last *txRef // the last reference, once this run has taken or shared it
+	// last is the last reference, once this run has taken or shared it;
+	// its upTo is set once the run leaves it (another region, another
+	// kind of request, the run's end), not per request.
+	var last *txRef
 	for next != end && bytes < txRunBytes {
 		e := qp.sq.at(next)
 		if !runOp(e.op) || (e.fence && !orqEmpty) { // sqRunnableLocked's rule for run ops
@@ -785,14 +788,20 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 				break // as below
 			}
 			if last == nil || last.mr != s.MR {
+				if last != nil {
+					last.upTo = next
+					last = nil
+				}
 				if !t.takeRef(s.MR, next) { // shares the last reference or takes one
 					break
 				}
 				last = &t.refs[len(t.refs)-1] // takeRef may have moved the list
 			}
-			last.upTo = next + 1
 		} else {
-			last = nil // txRefsLocked may add to the list or move it
+			if last != nil {
+				last.upTo = next
+				last = nil // txRefsLocked may add to the list or move it
+			}
 			if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
 				// Started first in the next run, it fails there, once the
 				// requests before it are queued. References the refused
@@ -804,6 +813,9 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 		e.state = sqActive
 		next++
 		bytes += uint64(e.length)
+	}
+	if last != nil {
+		last.upTo = next // the requests that share it end at the last started
 	}
 	qp.sqNext = next
 }
