@@ -941,7 +941,7 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 // +checklocks:qp.sqMu
 func (qp *QP) pushOneSGELocked(wr *SendWR) *sqEntry {
 	e := qp.sq.push()
-	setOneSGE(e, wr, qp.cfg.SignalAll)
+	qp.setOneSGELocked(e, wr, qp.cfg.SignalAll)
 	return e
 }
 
@@ -967,15 +967,18 @@ func (qp *QP) pushOneSGEsLocked(wrs []SendWR) int {
 			c = new([ringChunk]sqEntry) // as ring.push allocates
 			r.chunks[s/ringChunk] = c
 		}
-		setOneSGE(&c[s%ringChunk], wr, all)
+		qp.setOneSGELocked(&c[s%ringChunk], wr, all)
 	}
 	r.tail = tail + uint64(n)
 	return n
 }
 
-// setOneSGE sets every field of the SQ entry e for the common request
-// wr (validFast): sqPosted, signaled also when signalAll.
-func setOneSGE(e *sqEntry, wr *SendWR, signalAll bool) {
+// setOneSGELocked sets every field of e, the SQ entry being pushed, for
+// the common request wr (validFast): sqPosted, signaled also when
+// signalAll (the caller's QPConfig.SignalAll, loaded once for a list).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) setOneSGELocked(e *sqEntry, wr *SendWR, signalAll bool) {
 	s := &wr.SGL[0]
 	e.id, e.length, e.invSTag, e.remote, e.sge0 = wr.ID, s.Length, wr.InvalidateSTag, wr.Remote, *s
 	e.op, e.nsge, e.state, e.status = wr.Op, 1, sqPosted, WCSuccess
