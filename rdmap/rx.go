@@ -929,12 +929,11 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 // message of one segment stays in rx.held through its copy (writeRun
 // moves it to writeMR for the copy); release drops either.
 func (rx *rxEngine) writes(w *runRegion, n, max int) (int, []byte, error, bool) {
-	mr := w.mr
 	// writeRun starts a new message (in the region the last Write
 	// found) only in the run's region and with the word the run entered
 	// it with: neither lastMR nor lastWord changes during the run. Then
 	// the engine must keep its reference (rx.held).
-	fresh := rx.lastMR == mr && rx.lastWord == w.want
+	fresh := rx.lastMR == w.mr && rx.lastWord == w.want
 	var last []byte // the ULPDU of the last segment accepted
 	for n < max && !rx.qp.broken.Load() && !rx.yield.Load() {
 		if rx.runStep != nil {
@@ -957,8 +956,8 @@ func (rx *rxEngine) writes(w *runRegion, n, max int) (int, []byte, error, bool) 
 		// runBytes's checks, and the DDP rules.
 		active := rx.tagged.Active()
 		off := to - w.base
-		if h.STag() != STag(uint32(w.want)) || active && rx.writeMR != mr || !active && (!fresh || rx.held != mr) ||
-			mr.st.Load() != w.want || w.parent != nil && w.parent.st.Load()&mrValid == 0 ||
+		if h.STag() != STag(uint32(w.want)) || active && rx.writeMR != w.mr || !active && (!fresh || rx.held != w.mr) ||
+			w.mr.st.Load() != w.want || w.parent != nil && w.parent.st.Load()&mrValid == 0 ||
 			to < w.base || off > uint64(len(w.buf)) || plen > uint64(len(w.buf))-off ||
 			!rx.tagged.Continue(h, int(plen)) {
 			rx.writesEnd(last)
@@ -970,14 +969,14 @@ func (rx *rxEngine) writes(w *runRegion, n, max int) (int, []byte, error, bool) 
 		// stays in rx.held instead, and writeMR is left nil.
 		l := h.Last()
 		if !active && !l {
-			rx.held, rx.writeMR = nil, mr
+			rx.held, rx.writeMR = nil, w.mr
 		}
 		copy(w.buf[off:off+plen], u[ddp.TaggedHeaderLen:])
 		rx.runCount(len(u), ddp.TaggedHeaderLen)
 		rx.tagged.Placed(l)
 		if l {
 			if active {
-				rx.dropRef(mr)
+				rx.dropRef(w.mr)
 				rx.writeMR = nil
 			} else if rx.writeMR != nil {
 				rx.writeMR = nil
