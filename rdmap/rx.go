@@ -86,8 +86,10 @@ import (
 // arrives as it would (only its first bytes come with that read) and
 // goes straight into memory. The FPDUs buffered whole after it are taken
 // in one loop (wholeRun): runs of small Writes and Sends into one region
-// are checked by writeRun and sendRun, the region entered once per run
-// (and an FPDU taken alone is tried as a run of one: runOne).
+// are checked by writeRun and sendRun, the region entered once per run,
+// and once one is accepted the ones after it go through a tight loop of
+// the same checks (writes, sends) until one is not (and an FPDU taken
+// alone is tried as a run of one: runOne).
 //
 // With markers (or QPConfig.BufferedRx) the reader runs in its Buffered
 // mode: the header is still checked as soon as it is in (and a bad one
@@ -656,10 +658,15 @@ func (rx *rxEngine) fpdus(max int) (int, *termInfo, error) {
 // receives of one SGE in the region the last Send placed into (the
 // message-rate workload: many small messages in one socket read), is
 // received by writeRun's and sendRun's checks, with the region entered
-// (enterPlace) once for the run rather than once per FPDU; everything
-// else, and any FPDU those checks do not accept as they stand, goes
-// through whole, which gives the answer for it. It returns how many
-// FPDUs it received and the Terminate of the last.
+// (enterPlace) once for the run rather than once per FPDU, and the FPDUs
+// after the first that writeRun or sendRun accepted by the tight loops
+// writes and sends (the same checks, the copy and the state update per
+// FPDU, the header recorded once at the end); everything else, and any
+// FPDU those checks do not accept as they stand, goes through whole,
+// which gives the answer for it. An FPDU writes or sends took but did
+// not accept comes back to this loop, which receives it as it receives
+// any other (writeRun, sendRun, then whole). It returns how many FPDUs
+// it received and the Terminate of the last.
 //
 // The region stays entered across the run's FPDUs: an invalidation waits
 // for the run to leave it (MR.fence), which is bounded by one buffer's
@@ -672,23 +679,41 @@ func (rx *rxEngine) wholeRun(max int) (int, *termInfo) {
 	qp, rd := rx.qp, rx.rd
 	var w runRegion
 	n := 0
-	for n < max && !qp.broken.Load() && !rx.yield.Load() {
-		if rx.runStep != nil {
-			rx.runStep(n)
+	var (
+		u    []byte
+		err  error
+		back bool // u (and err) is an FPDU writes or sends took and handed back
+	)
+run:
+	for {
+		if !back {
+			if n >= max || qp.broken.Load() || rx.yield.Load() {
+				break
+			}
+			if rx.runStep != nil {
+				rx.runStep(n)
+			}
+			var ok bool
+			if u, ok, err = rd.Whole(); !ok {
+				break
+			}
+			n++
 		}
-		u, ok, err := rd.Whole()
-		if !ok {
-			break
-		}
-		n++
+		back = false
 		if err == nil && len(u) > 1 {
 			switch u[1] {
 			case writeCtrl:
 				if rx.writeRun(&w, u) {
+					if n, u, err, back = rx.writes(&w, n, max); !back {
+						break run // it stopped where this loop would
+					}
 					continue
 				}
 			case sendCtrl, sendSECtrl:
 				if rx.sendRun(&w, u) {
+					if n, u, err, back = rx.sends(&w, n, max); !back {
+						break run // it stopped where this loop would
+					}
 					continue
 				}
 			}
@@ -794,8 +819,18 @@ func (w *runRegion) runBytes(to uint64, n int) ([]byte, bool) {
 	return w.buf[off : off+uint64(n)], true
 }
 
+// runCount counts an FPDU a run received, ULPDU of ulen bytes after a
+// DDP header of hl, as whole counts it: an FPDU, its wire bytes, its
+// payload copied.
+func (rx *rxEngine) runCount(ulen, hl int) {
+	rx.counts.copied += uint64(ulen - hl)
+	rx.counts.fpdus++
+	rx.counts.bytes += uint64(mpa.FPDULen(ulen))
+}
+
 // runHeader records the header of an FPDU a run received as begin does:
 // ULPDU u, DDP header length hl, the rest of rx.cur set by the caller.
+// It counts nothing (runCount).
 func (rx *rxEngine) runHeader(u []byte, hl int) {
 	binary.BigEndian.PutUint16(rx.cur.hdr[:], uint16(len(u)))
 	if d := rx.cur.hdr[mpa.LengthFieldLen:]; hl == ddp.TaggedHeaderLen {
@@ -810,9 +845,6 @@ func (rx *rxEngine) runHeader(u []byte, hl int) {
 		clear(rx.cur.hdr[rx.cur.hdrLen:prev])
 	}
 	rx.cur.ulpduLen, rx.cur.ddpHdrLen, rx.cur.payloadLen = len(u), hl, len(u)-hl
-	rx.counts.copied += uint64(len(u) - hl)
-	rx.counts.fpdus++
-	rx.counts.bytes += uint64(mpa.FPDULen(len(u)))
 }
 
 // writeRun receives the Write segment with ULPDU u (taken whole, its CRC
@@ -859,6 +891,7 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 		rx.held, rx.writeMR = nil, mr
 	}
 	copy(dst, u[ddp.TaggedHeaderLen:])
+	rx.runCount(len(u), ddp.TaggedHeaderLen)
 	rx.runHeader(u, ddp.TaggedHeaderLen)
 	rx.cur.op, rx.cur.last = wire.OpWrite, h.Last()
 	rx.tagged.Placed(rx.cur.last)
@@ -867,6 +900,101 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 		rx.writeMR = nil
 	}
 	return true
+}
+
+// writes receives, after writeRun accepted an FPDU of the run into w (n
+// FPDUs of the run received so far, at most max in all), the Write
+// segments the reader holds whole after it, as long as writeRun would
+// accept each one as it stands: between two FPDUs it stops as wholeRun
+// does (the QP broke, the engine is to yield, max, no whole FPDU) and
+// calls rx.runStep first. Each segment gets writeRun's checks (with
+// those that hold for the whole run made once: the region entered, its
+// access, the region and word the last Write found) and leaves the
+// state writeRun leaves, in writeRun's order: the DDP state, the
+// message's reference, the payload copied, then counted. rx.cur, which
+// nothing reads between the FPDUs of a run, is written once, for the
+// last segment accepted, before it returns (writesEnd). It returns the
+// run's count and, when it stopped at an FPDU it took but does not
+// accept, that FPDU (ULPDU u, the reader's error err; back true), with
+// nothing changed for it: the caller receives it as any other FPDU of
+// the run.
+//
+// A memory fault in a copy (guardRx) leaves the segments before the
+// faulting one placed and counted, the faulting one's DDP state as
+// writeRun leaves it (Continue done) and rx.cur with the header of a
+// segment received before it (writeRun's: the one just before; here:
+// the last one writeRun or writesEnd recorded). What the fault leads to
+// reads none of rx.cur: its Terminate is local catastrophic, with no
+// header (memoryFault), and the engine stops. The reference of a
+// message of one segment stays in rx.held through its copy (writeRun
+// moves it to writeMR for the copy); release drops either.
+func (rx *rxEngine) writes(w *runRegion, n, max int) (int, []byte, error, bool) {
+	// writeRun starts a new message (in the region the last Write
+	// found) only in the run's region and with the word the run entered
+	// it with: neither lastMR nor lastWord changes during the run. Then
+	// the engine must keep its reference (rx.held).
+	fresh := rx.lastMR == w.mr && rx.lastWord == w.want
+	var last []byte // the ULPDU of the last segment accepted
+	for n < max && !rx.qp.broken.Load() && !rx.yield.Load() {
+		if rx.runStep != nil {
+			rx.runStep(n)
+		}
+		u, ok, err := rx.rd.Whole()
+		if !ok {
+			break
+		}
+		n++
+		if err != nil || len(u) <= ddp.TaggedHeaderLen || u[1] != writeCtrl || u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.FlagTagged|ddp.Version1 {
+			rx.writesEnd(last)
+			return n, u, err, true
+		}
+		h := ddp.Header(u[:ddp.TaggedHeaderLen])
+		to, plen := h.TO(), uint64(len(u)-ddp.TaggedHeaderLen)
+		// As writeRun: the message in progress is a Write (every segment
+		// the run took was one) into writeMR, or a new one into the
+		// region the last Write found; either is the run's region. Then
+		// runBytes's checks, and the DDP rules.
+		active := rx.tagged.Active()
+		off := to - w.base
+		if h.STag() != STag(uint32(w.want)) || active && rx.writeMR != w.mr || !active && (!fresh || rx.held != w.mr) ||
+			w.mr.st.Load() != w.want || w.parent != nil && w.parent.st.Load()&mrValid == 0 ||
+			to < w.base || off > uint64(len(w.buf)) || plen > uint64(len(w.buf))-off ||
+			!rx.tagged.Continue(h, int(plen)) {
+			rx.writesEnd(last)
+			return n, u, nil, true
+		}
+		// The segment is in the message (Continue), its region taken
+		// for it: a message of one segment (!active && l) would hand the
+		// reference the engine keeps to writeMR and back (writeRun); it
+		// stays in rx.held instead, and writeMR is left nil.
+		l := h.Last()
+		if !active && !l {
+			rx.held, rx.writeMR = nil, w.mr
+		}
+		copy(w.buf[off:off+plen], u[ddp.TaggedHeaderLen:])
+		rx.runCount(len(u), ddp.TaggedHeaderLen)
+		rx.tagged.Placed(l)
+		if l {
+			if active {
+				rx.dropRef(w.mr)
+				rx.writeMR = nil
+			} else if rx.writeMR != nil {
+				rx.writeMR = nil
+			}
+		}
+		last = u
+	}
+	rx.writesEnd(last)
+	return n, nil, nil, false
+}
+
+// writesEnd records in rx.cur, as writeRun does, the Write segment with
+// ULPDU u that writes accepted last (none: nil).
+func (rx *rxEngine) writesEnd(u []byte) {
+	if u != nil {
+		rx.runHeader(u, ddp.TaggedHeaderLen)
+		rx.cur.op, rx.cur.last = wire.OpWrite, ddp.Header(u).Last()
+	}
 }
 
 // sendRun receives the Send with ULPDU u (taken whole, its CRC checked;
@@ -928,6 +1056,7 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	if u[1] == sendSECtrl {
 		op = wire.OpSendSE
 	}
+	rx.runCount(len(u), ddp.UntaggedHeaderLen)
 	rx.runHeader(u, ddp.UntaggedHeaderLen)
 	rx.cur.op, rx.cur.last = op, true
 	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
@@ -942,6 +1071,111 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	}
 	rx.gathered()
 	return true
+}
+
+// sends receives, after sendRun accepted an FPDU of the run into w (n
+// FPDUs of the run received so far, at most max in all), the
+// single-segment Sends the reader holds whole after it, as long as
+// sendRun would accept each one as it stands: between two FPDUs it stops
+// as wholeRun does (the QP broke, the engine is to yield, max, no whole
+// FPDU) and calls rx.runStep first. Each Send gets sendRun's checks (but
+// for the QP's SRQ: none for the whole run) and leaves, in sendRun's
+// order, the payload copied, the receive taken, the DDP state, the
+// counters and its completion gathered (a full batch pushed outside the
+// region, as sendRun pushes it: the region is entered again for the next
+// Send). rx.cur and the receive's state (recvOp, recvStatus, recvSGE,
+// recvSGEOff, recvInv), which nothing reads between the FPDUs of a run,
+// are written once, for the last Send accepted, before it returns
+// (sendsEnd). It returns the run's count and, when it stopped at an FPDU
+// it took but does not accept, that FPDU (ULPDU u, the reader's error
+// err; back true), with nothing changed for it but the region entered:
+// the caller receives it as any other FPDU of the run.
+//
+// A memory fault in a copy (guardRx) leaves, as sendRun does, the Sends
+// before the faulting one received, counted and their completions
+// gathered (the QP's flush pushes them), the faulting one's receive
+// still posted (flushed) and nothing counted for it; rx.cur and the
+// receive's state hold a Send received before it (the last one sendRun
+// or sendsEnd recorded). What the fault leads to reads none of them:
+// its Terminate is local catastrophic, with no header (memoryFault),
+// the engine stops, and the flush reads recvStatus only for a message
+// in progress, which a Send of one segment received whole never leaves.
+func (rx *rxEngine) sends(w *runRegion, n, max int) (int, []byte, error, bool) {
+	var last []byte // the ULPDU of the last Send accepted
+	for n < max && !rx.qp.broken.Load() && !rx.yield.Load() {
+		if rx.runStep != nil {
+			rx.runStep(n)
+		}
+		u, ok, err := rx.rd.Whole()
+		if !ok {
+			break
+		}
+		n++
+		if err != nil || len(u) <= ddp.UntaggedHeaderLen || u[1] != sendCtrl && u[1] != sendSECtrl ||
+			u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.Version1 || rx.rqTaken == rx.rqAvail {
+			rx.sendsEnd(last)
+			return n, u, err, true
+		}
+		h := ddp.Header(u[:ddp.UntaggedHeaderLen])
+		plen := len(u) - ddp.UntaggedHeaderLen
+		e := rx.qp.rq.at(rx.rqTaken)
+		mr := e.sge.MR
+		if e.nsge != 1 || mr == nil || rx.held != mr && rx.held != nil || w.mr != mr && !rx.enterRun(w, mr) || !w.local {
+			rx.sendsEnd(last)
+			return n, u, nil, true
+		}
+		length := uint64(e.sge.Length)
+		dst, ok := w.runBytes(e.sge.Offset, plen)
+		if !ok || !rx.untagged.Message(h, wire.QNSend, plen, length) {
+			rx.sendsEnd(last)
+			return n, u, nil, true
+		}
+		if rx.held == nil {
+			// As sendRun: the region entered keeps its registration's
+			// reference, so this succeeds.
+			if !mr.acquire() {
+				rx.sendsEnd(last)
+				return n, u, nil, true
+			}
+			rx.held = mr
+		}
+		copy(dst, u[ddp.UntaggedHeaderLen:])
+		id := e.id
+		e.sge.MR = nil // takeAt's: the RQ holds no reference
+		rx.rqTaken++
+		rx.untagged.Delivered(h, wire.QNSend, plen, length)
+		rx.runCount(len(u), ddp.UntaggedHeaderLen)
+		wc := &rx.wcs[rx.nwcs]
+		*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: rx.qp.qpn}
+		if u[1] == sendSECtrl {
+			wc.Flags = WCSolicited
+		}
+		last = u
+		if rx.nwcs++; rx.nwcs == len(rx.wcs) {
+			// gathered's flush (no SRQ), outside the region.
+			rx.leaveRun(w)
+			rx.flushRecvs()
+		}
+	}
+	rx.sendsEnd(last)
+	return n, nil, nil, false
+}
+
+// sendsEnd records in rx.cur and the receive's state, as sendRun does,
+// the Send with ULPDU u that sends accepted last (none: nil).
+func (rx *rxEngine) sendsEnd(u []byte) {
+	if u == nil {
+		return
+	}
+	h := ddp.Header(u[:ddp.UntaggedHeaderLen])
+	op := wire.OpSend
+	if u[1] == sendSECtrl {
+		op = wire.OpSendSE
+	}
+	rx.runHeader(u, ddp.UntaggedHeaderLen)
+	rx.cur.op, rx.cur.last = op, true
+	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(len(u)-ddp.UntaggedHeaderLen)
+	rx.recvInv = STag(h.RsvdULP32())
 }
 
 // sendOne receives, outside a run, the Send with ULPDU u (taken whole,
@@ -1003,6 +1237,7 @@ func (rx *rxEngine) sendOne(u []byte) bool {
 	if u[1] == sendSECtrl {
 		op = wire.OpSendSE
 	}
+	rx.runCount(len(u), ddp.UntaggedHeaderLen)
 	rx.runHeader(u, ddp.UntaggedHeaderLen)
 	rx.cur.op, rx.cur.last = op, true
 	rx.recvOp, rx.recvStatus, rx.recvSGE, rx.recvSGEOff = op, WCSuccess, 0, uint64(plen)
