@@ -718,33 +718,57 @@ func (qp *QP) flushAll() {
 // sweepLocked generates the completions of finished send work requests,
 // in SQ order, under one lock of the send CQ and with one wake-up of its
 // waiters. It reports false if the send CQ overflowed.
-func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0) }
+func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0, nil) }
 
 // sweepWrittenLocked is sweepLocked after a write of every work request
 // before SQ index written: those of them still sqActive (Sends, Writes
 // and the requests that write nothing) count as done, and the ones the
 // sweep reaches complete without being marked first (txWritten marks
-// the rest).
-func (qp *QP) sweepWrittenLocked(written uint64) bool {
+// the rest). With sp, the send engine's span of simple work requests
+// (the engine's caller only), the sweep crosses the span in one step
+// when it reaches it wholly written and started: it pushes the
+// completions of sp.wcs from the head on and moves the head past the
+// span, what its per-request steps would do there.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sweepWrittenLocked(written uint64, sp *simpleSpan) bool {
 	ok, pushed := true, false
 	// The SQ's head moves once, after the loop (pop's step for each
 	// entry swept).
 	head, next := qp.sq.head, qp.sqNext
-	for ; head != next; head++ {
+	// The span to cross, [from, from+n) (n 0: none).
+	var from, n uint64
+	if sp != nil && sp.to <= written && sp.to <= next {
+		from, n = sp.from, sp.to-sp.from
+	}
+	for head != next {
+		if head-from < n {
+			// Inside the span: its completions from the head on.
+			for _, i := range sp.wcs {
+				if i < head {
+					continue // swept before (another sweep moved the head into the span)
+				}
+				if !pushed {
+					qp.scq.mu.Lock()
+					pushed = true
+				}
+				if !qp.pushSQWCLocked(qp.sq.at(i)) {
+					ok = false
+				}
+			}
+			head = from + n
+			continue
+		}
 		e := qp.sq.at(head)
 		if e.state != sqDone && (e.state != sqActive || head >= written) {
 			break
 		}
 		if e.signaled || e.status != WCSuccess {
-			wc := WC{ID: e.id, Status: e.status, Op: wcOpOf(e.op), QPN: qp.qpn}
-			if e.status == WCSuccess {
-				wc.ByteLen = e.length
-			}
 			if !pushed {
 				qp.scq.mu.Lock()
 				pushed = true
 			}
-			if !qp.scq.pushLocked(&wc) {
+			if !qp.pushSQWCLocked(e) {
 				ok = false
 			}
 		}
@@ -752,6 +776,7 @@ func (qp *QP) sweepWrittenLocked(written uint64) bool {
 		if e.nsge > 1 || e.op == WRRegMR || e.op == WRBindMW {
 			qp.sqClearSlot(e, qp.sq.slot(head))
 		}
+		head++
 	}
 	qp.sq.head = head
 	if pushed {
@@ -759,6 +784,20 @@ func (qp *QP) sweepWrittenLocked(written uint64) bool {
 		qp.scq.wake()
 	}
 	return ok
+}
+
+// pushSQWCLocked pushes the completion of the finished send work request
+// e to the send CQ, whose lock the caller holds, and reports false if
+// the CQ overflowed.
+//
+// +checklocks:qp.sqMu
+// +checklocks:qp.scq.mu
+func (qp *QP) pushSQWCLocked(e *sqEntry) bool {
+	wc := WC{ID: e.id, Status: e.status, Op: wcOpOf(e.op), QPN: qp.qpn}
+	if e.status == WCSuccess {
+		wc.ByteLen = e.length
+	}
+	return qp.scq.pushLocked(&wc)
 }
 
 // sqClearSlot drops the references the side arrays of SQ slot slot hold

@@ -88,6 +88,25 @@ type txRef struct {
 	upTo uint64
 }
 
+// simpleSpan is a stretch of simple work requests the send engine
+// queued, SQ indices from up to to-1: each a Send or Write of inline
+// data or of one SGE, framed by txEmitSmall, which cleared its sge0.MR
+// (its region stays referenced by txEngine.refs until it is written),
+// so that it has no SGE after the first, no sqExt operand and no region
+// for the sweep to drop, and the sweep has nothing to do for it but
+// move the SQ's head past it and, for one that completes (signaled, or
+// a status other than WCSuccess), push its completion. wcs holds the
+// SQ indices of those that complete, in SQ order; the others complete
+// without a completion (unsignaled successes). Every request of the
+// span is between the SQ's head (or, while another sweep has moved the
+// head into it, the head of a moment before) and its tail, so wcs holds
+// at most one index per live SQ entry; it keeps its array for the next
+// span.
+type simpleSpan struct {
+	from, to uint64
+	wcs      []uint64
+}
+
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
 // engine appends, the receive engine matches responses at the head.
 type orqEntry struct {
@@ -171,15 +190,12 @@ type txEngine struct {
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	// plainFrom and plainTo bound the last stretch of plain work
-	// requests txEmitSmall queued, SQ indices plainFrom up to plainTo-1:
-	// each unsignaled with status WCSuccess, a Send or Write of inline
-	// data or one SGE whose sge0.MR txEmitSmall has cleared, so that
-	// the sweep has nothing to do for it but move the SQ's head past it
-	// (txWrittenLocked does that in one step).
-	plainFrom, plainTo uint64
-	releases           []*MR
-	releasesp          *[]*MR
+	// simple is the last stretch of simple work requests txEmitSmall
+	// queued (see simpleSpan), which the sweep after a write crosses in
+	// one step.
+	simple    simpleSpan
+	releases  []*MR
+	releasesp *[]*MR
 
 	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
 	// connection a restarted one writes to; whether txGate has opened.
@@ -227,7 +243,7 @@ func (t *txEngine) release() {
 	}
 	t.dropRefs(true)
 	t.runEnd = 0
-	t.plainFrom, t.plainTo = 0, 0
+	t.simple = simpleSpan{}
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
 	t.resp = irqEntry{}
@@ -657,19 +673,19 @@ func (qp *QP) txWritten() bool {
 }
 
 // txWrittenLocked is txWritten's work under sqMu: it completes the work
-// requests from completedUpTo to queuedUpTo and reports false if the
-// send CQ overflowed (the caller tells the CQ after releasing sqMu).
+// requests from completedUpTo to queuedUpTo (the sweep crossing the
+// span of simple ones in one step) and reports false if the send CQ
+// overflowed (the caller tells the CQ after releasing sqMu).
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txWrittenLocked() bool {
 	t := &qp.tx
-	// The SQ's head inside the stretch of plain requests, all written
-	// and started: the sweep would only move the head past them, one at
-	// a time (txEmitSmall dropped their sge0.MR).
-	if h := qp.sq.head; h >= t.plainFrom && h < t.plainTo && t.plainTo <= t.queuedUpTo && t.plainTo <= qp.sqNext {
-		qp.sq.head = t.plainTo
+	ok := qp.sweepWrittenLocked(t.queuedUpTo, &t.simple)
+	if sp := &t.simple; qp.sq.head >= sp.to {
+		// The span is behind the head (swept): the next one starts where
+		// it ended, empty.
+		sp.from, sp.wcs = sp.to, sp.wcs[:0]
 	}
-	ok := qp.sweepWrittenLocked(t.queuedUpTo)
 	// What the sweep did not reach (behind a Read or atomic waiting for
 	// its response) is marked done for a later sweep.
 	for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
@@ -1126,14 +1142,17 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // small message, framed as txEmitData frames it without its per-segment
 // steps: the FPDUs go into one mpa.Run, the DDP header and the payload
 // written straight into each, and the engine's cursor moves once at the
-// end. It stops at the first other job (left to txEmit) and reports
-// false when the batch is full.
+// end. The requests it queues are simple (see simpleSpan): it adds them
+// to the engine's span, or starts a new span with them when they do
+// not follow it. It stops at the first other job (left to txEmit) and
+// reports false when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
 	if t.job != jobSQ || t.msgOff != 0 {
 		return true
 	}
 	e, idx, end := t.wr, t.wrIdx, t.runEnd
+	start, wcs0 := idx, len(t.simple.wcs)
 	full := false
 	// The Run opens at the first small message (BeginRun may take the
 	// batch's arena or buffer: a job that sends nothing must not), for
@@ -1192,14 +1211,10 @@ func (qp *QP) txEmitSmall() bool {
 		// stays referenced by t.refs until the batch is written), and
 		// the sweep under sqMu, which reads only its other fields before
 		// it is done (txWrittenLocked marks it, after this), need not
-		// drop it.
+		// drop it. It is simple (see simpleSpan).
 		e.sge0.MR = nil
-		if !e.signaled && e.status == WCSuccess {
-			// Plain: the stretch grows, or a new one starts here.
-			if t.plainTo != idx {
-				t.plainFrom = idx
-			}
-			t.plainTo = idx + 1
+		if e.signaled || e.status != WCSuccess {
+			t.simple.wcs = append(t.simple.wcs, idx)
 		}
 		idx++
 		if idx == end {
@@ -1208,6 +1223,14 @@ func (qp *QP) txEmitSmall() bool {
 		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
 	t.w.EndRun(&run)
+	if sp := &t.simple; idx != start {
+		// The loop queued start up to idx-1, all simple: the span grows,
+		// or a new one starts with them (wcs then keeps only theirs).
+		if sp.to != start {
+			sp.from, sp.wcs = start, append(sp.wcs[:0], sp.wcs[wcs0:]...)
+		}
+		sp.to = idx
+	}
 	switch {
 	case idx == end:
 		// The run is queued (finishWR's end of a run).
