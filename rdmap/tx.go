@@ -813,18 +813,24 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 				}
 				last = &t.refs[len(t.refs)-1] // takeRef may have moved the list
 			}
-		} else {
-			if last != nil {
-				last.upTo = next
-				last = nil // txRefsLocked may add to the list or move it
-			}
-			if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
-				// Started first in the next run, it fails there, once the
-				// requests before it are queued. References the refused
-				// start took are shared with it (upTo next+1) and drop as
-				// theirs do.
-				break
-			}
+			e.state = sqActive
+			next++
+			bytes += uint64(e.length)
+			// The requests that follow from the same region, in one
+			// tight loop.
+			next, bytes = qp.txExtendRegionLocked(next, end, bytes, lastMR, lastBind, orqEmpty)
+			continue
+		}
+		if last != nil {
+			last.upTo = next
+			last = nil // txRefsLocked may add to the list or move it
+		}
+		if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
+			// Started first in the next run, it fails there, once the
+			// requests before it are queued. References the refused
+			// start took are shared with it (upTo next+1) and drop as
+			// theirs do.
+			break
 		}
 		e.state = sqActive
 		next++
@@ -834,6 +840,53 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 		last.upTo = next // the requests that share it end at the last started
 	}
 	qp.sqNext = next
+}
+
+// txExtendRegionLocked is txExtendRunLocked's loop for the requests that
+// follow a started one-SGE request on region mr, whose mapping b the
+// run checked it against (and whose reference it shares): from SQ index
+// next on, it starts, in SQ order, the runnable run ops of one SGE on
+// mr, while each is within b's bounds, up to SQ index end and
+// txRunBytes of payload (bytes so far), and returns the next index and
+// the bytes. For such a request txExtendRunLocked's steps are that
+// check (the region's own, localBinding's, is b's for the whole run)
+// and the reference it shares (whose upTo txExtendRunLocked sets once
+// the run leaves the region): here without a call, so that the loop
+// keeps its state in registers. At the first other request it stops,
+// and txExtendRunLocked takes that one (or stops the run there, as it
+// would have).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txExtendRegionLocked(next, end, bytes uint64, mr *MR, b *mrBinding, orqEmpty bool) (uint64, uint64) {
+	// The ring's array, walked a chunk at a time (ring.at's steps once
+	// per chunk); a ring of fewer slots than a chunk, which uses only
+	// the first mask+1 of its chunk, is left to txExtendRunLocked.
+	chunks, mask := qp.sq.chunks, qp.sq.mask
+	if mask < ringChunk-1 {
+		return next, bytes
+	}
+	base, size := b.base, uint64(len(b.buf))
+	for next != end && bytes < txRunBytes {
+		// The chunk of next, up to its last slot or end (next's slot in
+		// it is next%ringChunk, mask being at least ringChunk-1).
+		c := chunks[(next&mask)/ringChunk]
+		for stop := min(end, next|(ringChunk-1)+1); next != stop && bytes < txRunBytes; {
+			e := &c[next%ringChunk]
+			s := &e.sge0
+			if !runOp(e.op) || (e.fence && !orqEmpty) || e.nsge != 1 || e.inline || s.MR != mr {
+				return next, bytes
+			}
+			// mrBinding.slice's bounds check (perm 0: no right to
+			// check); an offset below base wraps past size.
+			if off := s.Offset - base; off > size || uint64(s.Length)+off > size {
+				return next, bytes
+			}
+			e.state = sqActive
+			next++
+			bytes += uint64(e.length)
+		}
+	}
+	return next, bytes
 }
 
 // startJob makes the work request e (SQ index idx) of the run the job.
