@@ -994,19 +994,26 @@ func (qp *QP) pushOneSGELocked(wr *SendWR) *sqEntry {
 func (qp *QP) pushOneSGEsLocked(wrs []SendWR) int {
 	r := &qp.sq
 	tail, all := r.tail, qp.cfg.SignalAll
+	// The slots a chunk holds (a ring of fewer slots than a chunk uses
+	// only the first mask+1 of its one chunk).
+	lim := min(r.mask+1, ringChunk)
 	n := 0
-	for ; n < len(wrs); n++ {
-		wr := &wrs[n]
-		if !validFast(wr) {
-			break
-		}
+	for n < len(wrs) && validFast(&wrs[n]) {
+		// The chunk of the next slot, allocated as ring.push allocates
+		// (an entry goes there now), then filled from that slot on in a
+		// loop without calls.
 		s := (tail + uint64(n)) & r.mask
 		c := r.chunks[s/ringChunk]
 		if c == nil {
-			c = new([ringChunk]sqEntry) // as ring.push allocates
+			c = new([ringChunk]sqEntry)
 			r.chunks[s/ringChunk] = c
 		}
-		qp.setOneSGELocked(&c[s%ringChunk], wr, all)
+		qp.setOneSGELocked(&c[s%ringChunk], &wrs[n], all)
+		n++
+		for j := s%ringChunk + 1; j < lim && n < len(wrs) && validFast(&wrs[n]); j++ {
+			qp.setOneSGELocked(&c[j%ringChunk], &wrs[n], all)
+			n++
+		}
 	}
 	r.tail = tail + uint64(n)
 	return n

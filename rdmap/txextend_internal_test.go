@@ -145,3 +145,75 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 		dev.Close()
 	}
 }
+
+// TestPushOneSGEsMatchesPostSend: PostSends's pass over the common
+// requests (pushOneSGEsLocked, a ring chunk at a time) leaves the SQ as
+// PostSend of each request does, entry for entry, over lists that mix
+// common requests with others (inline, two SGEs, a Read) and SQs of 1
+// to 64 slots whose indices wrap around the ring.
+func TestPushOneSGEsMatchesPostSend(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, depth := range []int{1, 2, 3, 4, 5, 8, 64} {
+		dev, _ := NewDevice(nil)
+		pd := dev.AllocPD()
+		cq, _ := dev.CreateCQ(16)
+		var qps [2]*QP
+		for i := range qps {
+			qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: depth, SignalAll: depth == 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			qps[i] = qp
+		}
+		mr, _ := pd.RegisterMemory(make([]byte, 4096), AccessLocalWrite)
+		for round := range 200 {
+			wrs := make([]SendWR, 1+rng.IntN(depth))
+			for i := range wrs {
+				w := SendWR{ID: rng.Uint64(), Op: WRWrite, SGL: []SGE{mr.SGE(rng.IntN(4000), 1+rng.IntN(96))},
+					Remote: Remote{STag: STag(rng.Uint32()), Offset: rng.Uint64()}, Signaled: rng.IntN(2) == 0,
+					Solicited: rng.IntN(2) == 0, Fence: rng.IntN(4) == 0}
+				switch rng.IntN(12) {
+				case 0, 1, 2:
+					w.Op, w.InvalidateSTag = WRSend, STag(rng.Uint32())
+				case 3:
+					w.SGL, w.InlineData = nil, make([]byte, 8)
+				case 4:
+					w.SGL = append(w.SGL, mr.SGE(0, 8))
+				case 5:
+					w.Op = WRRead
+				}
+				wrs[i] = w
+			}
+			if n, err := qps[0].PostSends(wrs); n != len(wrs) || err != nil {
+				t.Fatalf("depth %d round %d: PostSends = %d, %v", depth, round, n, err)
+			}
+			for i := range wrs {
+				if err := qps[1].PostSend(wrs[i]); err != nil {
+					t.Fatalf("depth %d round %d: PostSend %d: %v", depth, round, i, err)
+				}
+			}
+			a, b := qps[0], qps[1]
+			a.sqMu.Lock()
+			b.sqMu.Lock()
+			if a.sq.tail != b.sq.tail || a.sq.head != b.sq.head {
+				t.Fatalf("depth %d round %d: SQ [%d, %d) after PostSends, [%d, %d) after PostSend", depth, round, a.sq.head, a.sq.tail, b.sq.head, b.sq.tail)
+			}
+			for i := a.sq.head; i < a.sq.tail; i++ {
+				if *a.sq.at(i) != *b.sq.at(i) {
+					t.Fatalf("depth %d round %d: SQ entry %d is %+v after PostSends, %+v after PostSend", depth, round, i, *a.sq.at(i), *b.sq.at(i))
+				}
+			}
+			for _, qp := range []*QP{a, b} {
+				qp.sq.drop()
+				qp.sqNext = qp.sq.tail
+			}
+			b.sqMu.Unlock()
+			a.sqMu.Unlock()
+		}
+		for _, qp := range qps {
+			qp.Close()
+		}
+		mr.Deregister()
+		dev.Close()
+	}
+}
