@@ -1196,8 +1196,8 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // steps: the FPDUs go into one mpa.Run, the DDP header and the payload
 // written straight into each, and the engine's cursor moves once at the
 // end. The requests it queues are simple (see simpleSpan): it adds them
-// to the engine's span, or starts a new span with them when they do
-// not follow it. It stops at the first other job (left to txEmit) and
+// to the engine's span, which it starts anew at the job when the job
+// does not follow it. It stops at the first other job (left to txEmit) and
 // reports false when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
@@ -1205,7 +1205,11 @@ func (qp *QP) txEmitSmall() bool {
 		return true
 	}
 	e, idx, end := t.wr, t.wrIdx, t.runEnd
-	start, wcs0 := idx, len(t.simple.wcs)
+	if sp := &t.simple; sp.to != idx {
+		// What the loop queues does not follow the span: a new one
+		// starts here.
+		sp.from, sp.to, sp.wcs = idx, idx, sp.wcs[:0]
+	}
 	full := false
 	// The Run opens at the first small message (BeginRun may take the
 	// batch's arena or buffer: a job that sends nothing must not), for
@@ -1276,14 +1280,7 @@ func (qp *QP) txEmitSmall() bool {
 		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
 	t.w.EndRun(&run)
-	if sp := &t.simple; idx != start {
-		// The loop queued start up to idx-1, all simple: the span grows,
-		// or a new one starts with them (wcs then keeps only theirs).
-		if sp.to != start {
-			sp.from, sp.wcs = start, append(sp.wcs[:0], sp.wcs[wcs0:]...)
-		}
-		sp.to = idx
-	}
+	t.simple.to = idx // the loop queued the requests before idx, all simple
 	switch {
 	case idx == end:
 		// The run is queued (finishWR's end of a run).
