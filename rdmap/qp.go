@@ -718,6 +718,8 @@ func (qp *QP) flushAll() {
 // sweepLocked generates the completions of finished send work requests,
 // in SQ order, under one lock of the send CQ and with one wake-up of its
 // waiters. It reports false if the send CQ overflowed.
+//
+// +checklocks:qp.sqMu
 func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0, nil) }
 
 // sweepWrittenLocked is sweepLocked after a write of every work request
