@@ -97,11 +97,12 @@ type txRef struct {
 // move the SQ's head past it and, for one that completes (signaled, or
 // a status other than WCSuccess), push its completion. wcs holds the
 // SQ indices of those that complete, in SQ order; the others complete
-// without a completion (unsignaled successes). Every request of the
-// span is between the SQ's head (or, while another sweep has moved the
-// head into it, the head of a moment before) and its tail, so wcs holds
-// at most one index per live SQ entry; it keeps its array for the next
-// span.
+// without a completion (unsignaled successes). A sweep after a write
+// that finds the SQ's head in the span crosses it, and the span is
+// emptied once the head has passed it; so the span holds the requests
+// between the head of the engine's last sweep and the tail then, and
+// requests queued since (still in the SQ): wcs holds at most twice
+// MaxSendWR indices. It keeps its array for the next span.
 type simpleSpan struct {
 	from, to uint64
 	wcs      []uint64
@@ -1197,8 +1198,8 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // written straight into each, and the engine's cursor moves once at the
 // end. The requests it queues are simple (see simpleSpan): it adds them
 // to the engine's span, which it starts anew at the job when the job
-// does not follow it. It stops at the first other job (left to txEmit) and
-// reports false when the batch is full.
+// does not follow it. It stops at the first other job (left to txEmit)
+// and reports false when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
 	if t.job != jobSQ || t.msgOff != 0 {
