@@ -718,33 +718,59 @@ func (qp *QP) flushAll() {
 // sweepLocked generates the completions of finished send work requests,
 // in SQ order, under one lock of the send CQ and with one wake-up of its
 // waiters. It reports false if the send CQ overflowed.
-func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0) }
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sweepLocked() bool { return qp.sweepWrittenLocked(0, nil) }
 
 // sweepWrittenLocked is sweepLocked after a write of every work request
 // before SQ index written: those of them still sqActive (Sends, Writes
 // and the requests that write nothing) count as done, and the ones the
 // sweep reaches complete without being marked first (txWritten marks
-// the rest).
-func (qp *QP) sweepWrittenLocked(written uint64) bool {
+// the rest). With sp, the send engine's span of simple work requests
+// (the engine's caller only), the sweep crosses the span in one step
+// when it reaches it wholly written and started: it pushes the
+// completions of sp.wcs from the head on and moves the head past the
+// span, what its per-request steps would do there.
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sweepWrittenLocked(written uint64, sp *simpleSpan) bool {
 	ok, pushed := true, false
 	// The SQ's head moves once, after the loop (pop's step for each
 	// entry swept).
 	head, next := qp.sq.head, qp.sqNext
-	for ; head != next; head++ {
+	// The span to cross, [from, from+n) (n 0: none).
+	var from, n uint64
+	if sp != nil && sp.to <= written && sp.to <= next {
+		from, n = sp.from, sp.to-sp.from
+	}
+	for head != next {
+		if head-from < n {
+			// Inside the span: its completions from the head on.
+			for _, i := range sp.wcs {
+				if i < head {
+					continue // swept before (another sweep moved the head into the span)
+				}
+				if !pushed {
+					qp.scq.mu.Lock()
+					pushed = true
+				}
+				if !qp.pushSQWCLocked(qp.sq.at(i)) {
+					ok = false
+				}
+			}
+			head = from + n
+			continue
+		}
 		e := qp.sq.at(head)
 		if e.state != sqDone && (e.state != sqActive || head >= written) {
 			break
 		}
 		if e.signaled || e.status != WCSuccess {
-			wc := WC{ID: e.id, Status: e.status, Op: wcOpOf(e.op), QPN: qp.qpn}
-			if e.status == WCSuccess {
-				wc.ByteLen = e.length
-			}
 			if !pushed {
 				qp.scq.mu.Lock()
 				pushed = true
 			}
-			if !qp.scq.pushLocked(&wc) {
+			if !qp.pushSQWCLocked(e) {
 				ok = false
 			}
 		}
@@ -752,6 +778,7 @@ func (qp *QP) sweepWrittenLocked(written uint64) bool {
 		if e.nsge > 1 || e.op == WRRegMR || e.op == WRBindMW {
 			qp.sqClearSlot(e, qp.sq.slot(head))
 		}
+		head++
 	}
 	qp.sq.head = head
 	if pushed {
@@ -759,6 +786,20 @@ func (qp *QP) sweepWrittenLocked(written uint64) bool {
 		qp.scq.wake()
 	}
 	return ok
+}
+
+// pushSQWCLocked pushes the completion of the finished send work request
+// e to the send CQ, whose lock the caller holds, and reports false if
+// the CQ overflowed.
+//
+// +checklocks:qp.sqMu
+// +checklocks:qp.scq.mu
+func (qp *QP) pushSQWCLocked(e *sqEntry) bool {
+	wc := WC{ID: e.id, Status: e.status, Op: wcOpOf(e.op), QPN: qp.qpn}
+	if e.status == WCSuccess {
+		wc.ByteLen = e.length
+	}
+	return qp.scq.pushLocked(&wc)
 }
 
 // sqClearSlot drops the references the side arrays of SQ slot slot hold
@@ -955,19 +996,26 @@ func (qp *QP) pushOneSGELocked(wr *SendWR) *sqEntry {
 func (qp *QP) pushOneSGEsLocked(wrs []SendWR) int {
 	r := &qp.sq
 	tail, all := r.tail, qp.cfg.SignalAll
+	// The slots a chunk holds (a ring of fewer slots than a chunk uses
+	// only the first mask+1 of its one chunk).
+	lim := min(r.mask+1, ringChunk)
 	n := 0
-	for ; n < len(wrs); n++ {
-		wr := &wrs[n]
-		if !validFast(wr) {
-			break
-		}
+	for n < len(wrs) && validFast(&wrs[n]) {
+		// The chunk of the next slot, allocated as ring.push allocates
+		// (an entry goes there now), then filled from that slot on in a
+		// loop without calls.
 		s := (tail + uint64(n)) & r.mask
 		c := r.chunks[s/ringChunk]
 		if c == nil {
-			c = new([ringChunk]sqEntry) // as ring.push allocates
+			c = new([ringChunk]sqEntry)
 			r.chunks[s/ringChunk] = c
 		}
-		qp.setOneSGELocked(&c[s%ringChunk], wr, all)
+		qp.setOneSGELocked(&c[s%ringChunk], &wrs[n], all)
+		n++
+		for j := s%ringChunk + 1; j < lim && n < len(wrs) && validFast(&wrs[n]); j++ {
+			qp.setOneSGELocked(&c[j%ringChunk], &wrs[n], all)
+			n++
+		}
 	}
 	r.tail = tail + uint64(n)
 	return n

@@ -88,6 +88,26 @@ type txRef struct {
 	upTo uint64
 }
 
+// simpleSpan is a stretch of simple work requests the send engine
+// queued, SQ indices from up to to-1: each a Send or Write of inline
+// data or of one SGE, framed by txEmitSmall, which cleared its sge0.MR
+// (its region stays referenced by txEngine.refs until it is written),
+// so that it has no SGE after the first, no sqExt operand and no region
+// for the sweep to drop, and the sweep has nothing to do for it but
+// move the SQ's head past it and, for one that completes (signaled, or
+// a status other than WCSuccess), push its completion. wcs holds the
+// SQ indices of those that complete, in SQ order; the others complete
+// without a completion (unsignaled successes). A sweep after a write
+// that finds the SQ's head in the span crosses it, and the span is
+// emptied once the head has passed it; so the span holds the requests
+// between the head of the engine's last sweep and the tail then, and
+// requests queued since (still in the SQ): wcs holds at most twice
+// MaxSendWR indices. It keeps its array for the next span.
+type simpleSpan struct {
+	from, to uint64
+	wcs      []uint64
+}
+
 // orqEntry is an outstanding Read or Atomic Request (the ORQ): the send
 // engine appends, the receive engine matches responses at the head.
 type orqEntry struct {
@@ -171,15 +191,12 @@ type txEngine struct {
 	// writer's batches; those from completedUpTo on are marked done
 	// (sqDone) once the batch holding them is written.
 	queuedUpTo, completedUpTo uint64
-	// plainFrom and plainTo bound the last stretch of plain work
-	// requests txEmitSmall queued, SQ indices plainFrom up to plainTo-1:
-	// each unsignaled with status WCSuccess, a Send or Write of inline
-	// data or one SGE whose sge0.MR txEmitSmall has cleared, so that
-	// the sweep has nothing to do for it but move the SQ's head past it
-	// (txWrittenLocked does that in one step).
-	plainFrom, plainTo uint64
-	releases           []*MR
-	releasesp          *[]*MR
+	// simple is the last stretch of simple work requests txEmitSmall
+	// queued (see simpleSpan), which the sweep after a write crosses in
+	// one step.
+	simple    simpleSpan
+	releases  []*MR
+	releasesp *[]*MR
 
 	// The send goroutine (txLoop): txStopped, txRunning or txParked; the
 	// connection a restarted one writes to; whether txGate has opened.
@@ -227,7 +244,7 @@ func (t *txEngine) release() {
 	}
 	t.dropRefs(true)
 	t.runEnd = 0
-	t.plainFrom, t.plainTo = 0, 0
+	t.simple = simpleSpan{}
 	// A response being sent still has its IRQ slot (freed only when its
 	// last FPDU is queued), whose reference the QP's flush releases.
 	t.resp = irqEntry{}
@@ -657,19 +674,19 @@ func (qp *QP) txWritten() bool {
 }
 
 // txWrittenLocked is txWritten's work under sqMu: it completes the work
-// requests from completedUpTo to queuedUpTo and reports false if the
-// send CQ overflowed (the caller tells the CQ after releasing sqMu).
+// requests from completedUpTo to queuedUpTo (the sweep crossing the
+// span of simple ones in one step) and reports false if the send CQ
+// overflowed (the caller tells the CQ after releasing sqMu).
 //
 // +checklocks:qp.sqMu
 func (qp *QP) txWrittenLocked() bool {
 	t := &qp.tx
-	// The SQ's head inside the stretch of plain requests, all written
-	// and started: the sweep would only move the head past them, one at
-	// a time (txEmitSmall dropped their sge0.MR).
-	if h := qp.sq.head; h >= t.plainFrom && h < t.plainTo && t.plainTo <= t.queuedUpTo && t.plainTo <= qp.sqNext {
-		qp.sq.head = t.plainTo
+	ok := qp.sweepWrittenLocked(t.queuedUpTo, &t.simple)
+	if sp := &t.simple; qp.sq.head >= sp.to {
+		// The span is behind the head (swept): the next one starts where
+		// it ended, empty.
+		sp.from, sp.wcs = sp.to, sp.wcs[:0]
 	}
-	ok := qp.sweepWrittenLocked(t.queuedUpTo)
 	// What the sweep did not reach (behind a Read or atomic waiting for
 	// its response) is marked done for a later sweep.
 	for i := max(t.completedUpTo, qp.sq.head); i < t.queuedUpTo; i++ {
@@ -797,18 +814,24 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 				}
 				last = &t.refs[len(t.refs)-1] // takeRef may have moved the list
 			}
-		} else {
-			if last != nil {
-				last.upTo = next
-				last = nil // txRefsLocked may add to the list or move it
-			}
-			if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
-				// Started first in the next run, it fails there, once the
-				// requests before it are queued. References the refused
-				// start took are shared with it (upTo next+1) and drop as
-				// theirs do.
-				break
-			}
+			e.state = sqActive
+			next++
+			bytes += uint64(e.length)
+			// The requests that follow from the same region, in one
+			// tight loop.
+			next, bytes = qp.txExtendRegionLocked(next, end, bytes, lastMR, lastBind, orqEmpty)
+			continue
+		}
+		if last != nil {
+			last.upTo = next
+			last = nil // txRefsLocked may add to the list or move it
+		}
+		if qp.txCheckLocked(e, qp.sq.slot(next)) != WCSuccess || !qp.txRefsLocked(e, next) {
+			// Started first in the next run, it fails there, once the
+			// requests before it are queued. References the refused
+			// start took are shared with it (upTo next+1) and drop as
+			// theirs do.
+			break
 		}
 		e.state = sqActive
 		next++
@@ -818,6 +841,53 @@ func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 		last.upTo = next // the requests that share it end at the last started
 	}
 	qp.sqNext = next
+}
+
+// txExtendRegionLocked is txExtendRunLocked's loop for the requests that
+// follow a started one-SGE request on region mr, whose mapping b the
+// run checked it against (and whose reference it shares): from SQ index
+// next on, it starts, in SQ order, the runnable run ops of one SGE on
+// mr, while each is within b's bounds, up to SQ index end and
+// txRunBytes of payload (bytes so far), and returns the next index and
+// the bytes. For such a request txExtendRunLocked's steps are that
+// check (the region's own, localBinding's, is b's for the whole run)
+// and the reference it shares (whose upTo txExtendRunLocked sets once
+// the run leaves the region): here without a call, so that the loop
+// keeps its state in registers. At the first other request it stops,
+// and txExtendRunLocked takes that one (or stops the run there, as it
+// would have).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) txExtendRegionLocked(next, end, bytes uint64, mr *MR, b *mrBinding, orqEmpty bool) (uint64, uint64) {
+	// The ring's array, walked a chunk at a time (ring.at's steps once
+	// per chunk); a ring of fewer slots than a chunk, which uses only
+	// the first mask+1 of its chunk, is left to txExtendRunLocked.
+	chunks, mask := qp.sq.chunks, qp.sq.mask
+	if mask < ringChunk-1 {
+		return next, bytes
+	}
+	base, size := b.base, uint64(len(b.buf))
+	for next != end && bytes < txRunBytes {
+		// The chunk of next, up to its last slot or end (next's slot in
+		// it is next%ringChunk, mask being at least ringChunk-1).
+		c := chunks[(next&mask)/ringChunk]
+		for stop := min(end, next|(ringChunk-1)+1); next != stop && bytes < txRunBytes; {
+			e := &c[next%ringChunk]
+			s := &e.sge0
+			if !runOp(e.op) || (e.fence && !orqEmpty) || e.nsge != 1 || e.inline || s.MR != mr {
+				return next, bytes
+			}
+			// mrBinding.slice's bounds check (perm 0: no right to
+			// check); an offset below base wraps past size.
+			if off := s.Offset - base; off > size || uint64(s.Length)+off > size {
+				return next, bytes
+			}
+			e.state = sqActive
+			next++
+			bytes += uint64(e.length)
+		}
+	}
+	return next, bytes
 }
 
 // startJob makes the work request e (SQ index idx) of the run the job.
@@ -1126,14 +1196,21 @@ func (qp *QP) txEmitData(e *sqEntry, op wire.Opcode) bool {
 // small message, framed as txEmitData frames it without its per-segment
 // steps: the FPDUs go into one mpa.Run, the DDP header and the payload
 // written straight into each, and the engine's cursor moves once at the
-// end. It stops at the first other job (left to txEmit) and reports
-// false when the batch is full.
+// end. The requests it queues are simple (see simpleSpan): it adds them
+// to the engine's span, which it starts anew at the job when the job
+// does not follow it. It stops at the first other job (left to txEmit)
+// and reports false when the batch is full.
 func (qp *QP) txEmitSmall() bool {
 	t := &qp.tx
 	if t.job != jobSQ || t.msgOff != 0 {
 		return true
 	}
 	e, idx, end := t.wr, t.wrIdx, t.runEnd
+	if sp := &t.simple; sp.to != idx {
+		// What the loop queues does not follow the span: a new one
+		// starts here.
+		sp.from, sp.to, sp.wcs = idx, idx, sp.wcs[:0]
+	}
 	full := false
 	// The Run opens at the first small message (BeginRun may take the
 	// batch's arena or buffer: a job that sends nothing must not), for
@@ -1192,14 +1269,10 @@ func (qp *QP) txEmitSmall() bool {
 		// stays referenced by t.refs until the batch is written), and
 		// the sweep under sqMu, which reads only its other fields before
 		// it is done (txWrittenLocked marks it, after this), need not
-		// drop it.
+		// drop it. It is simple (see simpleSpan).
 		e.sge0.MR = nil
-		if !e.signaled && e.status == WCSuccess {
-			// Plain: the stretch grows, or a new one starts here.
-			if t.plainTo != idx {
-				t.plainFrom = idx
-			}
-			t.plainTo = idx + 1
+		if e.signaled || e.status != WCSuccess {
+			t.simple.wcs = append(t.simple.wcs, idx)
 		}
 		idx++
 		if idx == end {
@@ -1208,6 +1281,7 @@ func (qp *QP) txEmitSmall() bool {
 		e = qp.sq.at(idx) // started under sqMu: see runEnd
 	}
 	t.w.EndRun(&run)
+	t.simple.to = idx // the loop queued the requests before idx, all simple
 	switch {
 	case idx == end:
 		// The run is queued (finishWR's end of a run).

@@ -111,24 +111,28 @@ func benchTxList(b *testing.B, op WROpcode, crc bool) {
 // 32 64-byte requests (the last signaled), the send engine's batches run
 // on the benchmark's goroutine (it holds the engine as a direct send
 // does) into a connection that discards the bytes, and the Poll of the
-// completion. ns/op is the CPU of one work request through post, engine
-// and completion.
+// completion. The 64x32 variants post 32 such lists (1024 requests,
+// test/bench's 64-byte stream outstanding) before the engine runs, so
+// that a batch holds many lists, as in that stream. ns/op is the CPU of
+// one work request through post, engine and completion.
 func BenchmarkTxEngine(b *testing.B) {
 	for _, op := range []WROpcode{WRWrite, WRSend} {
 		for _, crc := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%v/crc=%v/64", op, crc), func(b *testing.B) { benchTxEngine(b, op, crc) })
+			b.Run(fmt.Sprintf("%v/crc=%v/64", op, crc), func(b *testing.B) { benchTxEngine(b, op, crc, 1) })
+			b.Run(fmt.Sprintf("%v/crc=%v/64x32", op, crc), func(b *testing.B) { benchTxEngine(b, op, crc, 32) })
 		}
 	}
 }
 
-// postListQP returns a QP of its own device (not started) with a list of
-// k one-SGE 64-byte requests of op to post, the last signaled, and its CQ.
-func postListQP(b *testing.B, op WROpcode, k int) (*QP, *CQ, []SendWR) {
+// postListQP returns a QP of its own device (not started, MaxSendWR
+// depth) with a list of k one-SGE 64-byte requests of op to post, the
+// last signaled, and its CQ.
+func postListQP(b *testing.B, op WROpcode, k, depth int) (*QP, *CQ, []SendWR) {
 	dev, _ := NewDevice(nil)
 	b.Cleanup(func() { dev.Close() })
 	pd := dev.AllocPD()
 	cq, _ := dev.CreateCQ(1024)
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 256})
+	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: depth})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,9 +149,10 @@ func postListQP(b *testing.B, op WROpcode, k int) (*QP, *CQ, []SendWR) {
 	return qp, cq, wrs
 }
 
-func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
+// benchTxEngine is BenchmarkTxEngine for lists lists of 32 per round.
+func benchTxEngine(b *testing.B, op WROpcode, crc bool, lists int) {
 	const k = 32
-	qp, cq, wrs := postListQP(b, op, k)
+	qp, cq, wrs := postListQP(b, op, k, max(256, k*lists))
 	conn := newSinkConn()
 	if err := qp.Start(conn, &mpa.Params{Initiator: true, IRD: 8, ORD: 8, CRC: crc}); err != nil {
 		b.Fatal(err)
@@ -157,13 +162,15 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
 		runtime.Gosched()
 	}
 	defer qp.txDirectEnd(false)
-	wcs := make([]WC, 16)
+	wcs := make([]WC, max(16, lists))
 	b.SetBytes(64)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done := 0; done < b.N; done += k {
-		if _, err := qp.PostSends(wrs); err != nil {
-			b.Fatal(err)
+	for done := 0; done < b.N; done += k * lists {
+		for range lists {
+			if _, err := qp.PostSends(wrs); err != nil {
+				b.Fatal(err)
+			}
 		}
 		for {
 			progressed, err := qp.txBatch(conn)
@@ -174,7 +181,7 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
 				break
 			}
 		}
-		if n := cq.Poll(wcs); n != 1 || wcs[0].Status != WCSuccess {
+		if n := cq.Poll(wcs); n != lists || wcs[0].Status != WCSuccess || wcs[n-1].Status != WCSuccess {
 			b.Fatalf("%d completions, first %+v", n, wcs[0])
 		}
 	}
@@ -188,7 +195,7 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool) {
 // the list.
 func BenchmarkPostSends(b *testing.B) {
 	const k = 32
-	qp, _, wrs := postListQP(b, WRWrite, k)
+	qp, _, wrs := postListQP(b, WRWrite, k, 256)
 	b.SetBytes(64)
 	b.ReportAllocs()
 	b.ResetTimer()
