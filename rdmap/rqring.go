@@ -80,6 +80,50 @@ func (r *rqRing) postOne(id uint64, sge *SGE) {
 	e.id, e.sge, e.nsge = id, *sge, 1
 }
 
+// postOnes appends the longest prefix of wrs whose receives have one SGE
+// with its region set (the common receive), as postOne appends each, and
+// returns how many it appended: the same entries in the same slots, the
+// tail moved once for them. The caller has checked that the ring has room
+// for len(wrs) more and that a receive of one SGE is valid for it (its
+// maxSGE is at least 1: one SGE's length is at most MaxRecvLen).
+func (r *rqRing) postOnes(wrs []RecvWR) int {
+	n := 0
+	for n < len(wrs) {
+		// The chunk of slot s, read from r each time: fewer values live
+		// across the inner loop and its write barriers.
+		s := (r.tail + uint64(n)) & r.mask
+		c := r.chunks[s/ringChunk]
+		if c == nil {
+			// As push allocates: when an entry goes in.
+			if wr := &wrs[n]; len(wr.SGL) != 1 || wr.SGL[0].MR == nil {
+				break
+			}
+			c = new([ringChunk]rqEntry)
+			r.chunks[s/ringChunk] = c
+		}
+		// The slots of chunk c from s on (those the ring uses: all but
+		// in a ring of fewer slots), while the receives are common.
+		end := min(r.mask+1, ringChunk)
+		for j := s % ringChunk; j < end && n < len(wrs); j++ {
+			wr := &wrs[n]
+			if len(wr.SGL) != 1 {
+				r.tail += uint64(n)
+				return n
+			}
+			sge := &wr.SGL[0]
+			if sge.MR == nil {
+				r.tail += uint64(n)
+				return n
+			}
+			e := &c[j%ringChunk]
+			e.id, e.sge, e.nsge = wr.ID, *sge, 1
+			n++
+		}
+	}
+	r.tail += uint64(n)
+	return n
+}
+
 // take moves the oldest receive into e, dropping the ring's references to
 // its memory regions. It reports false when none is posted.
 func (r *rqRing) take(e *rxRecv) bool {
@@ -96,6 +140,9 @@ func (r *rqRing) take(e *rxRecv) bool {
 // left from an earlier receive, drop their regions.
 func (r *rqRing) takeAt(e *rxRecv, i uint64) {
 	src := r.at(i)
+	if src.takeOne(e) {
+		return
+	}
 	n := src.nsge
 	if n > 0 {
 		e.sgl[0] = src.sge
@@ -112,6 +159,21 @@ func (r *rqRing) takeAt(e *rxRecv, i uint64) {
 		e.sgl[k] = SGE{}
 	}
 	e.id, e.nsge = src.id, n
+}
+
+// takeOne is takeAt of the entry src for the common receive, of one
+// SGE, taken into an e that holds at most one (the common receive
+// before): it moves src into e, dropping src's reference to its region,
+// and reports true; otherwise it changes nothing and reports false
+// (takeAt moves it).
+func (src *rqEntry) takeOne(e *rxRecv) bool {
+	if src.nsge != 1 || e.nsge > 1 {
+		return false
+	}
+	e.sgl[0] = src.sge
+	src.sge.MR = nil
+	e.id, e.nsge = src.id, 1
+	return true
 }
 
 // rxRecv is the receive the receive engine fills (rxEngine.recv): its
