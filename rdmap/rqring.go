@@ -83,9 +83,11 @@ func (r *rqRing) postOne(id uint64, sge *SGE) {
 // postOnes appends the longest prefix of wrs whose receives have one SGE
 // with its region set (the common receive), as postOne appends each, and
 // returns how many it appended: the same entries in the same slots, the
-// tail moved once for them. The caller has checked that the ring has room
-// for len(wrs) more and that a receive of one SGE is valid for it (its
-// maxSGE is at least 1: one SGE's length is at most MaxRecvLen).
+// tail moved once for them, the chunk looked up once per chunk, and a
+// whole chunk of common receives checked and set without a loop. The
+// caller has checked that the ring has room for len(wrs) more and that a
+// receive of one SGE is valid for it (its maxSGE is at least 1: one
+// SGE's length is at most MaxRecvLen).
 func (r *rqRing) postOnes(wrs []RecvWR) int {
 	n := 0
 	for n < len(wrs) {
@@ -95,15 +97,28 @@ func (r *rqRing) postOnes(wrs []RecvWR) int {
 		c := r.chunks[s/ringChunk]
 		if c == nil {
 			// As push allocates: when an entry goes in.
-			if wr := &wrs[n]; len(wr.SGL) != 1 || wr.SGL[0].MR == nil {
+			if !commonRecv(&wrs[n]) {
 				break
 			}
 			c = new([ringChunk]rqEntry)
 			r.chunks[s/ringChunk] = c
 		}
+		end := min(r.mask+1, ringChunk)
+		if s%ringChunk == 0 && end == ringChunk && len(wrs)-n >= ringChunk {
+			// A whole chunk of common receives: checked, then set, in
+			// line.
+			w := (*[ringChunk]RecvWR)(wrs[n:])
+			if commonRecv(&w[0]) && commonRecv(&w[1]) && commonRecv(&w[2]) && commonRecv(&w[3]) {
+				c[0].id, c[0].sge, c[0].nsge = w[0].ID, w[0].SGL[0], 1
+				c[1].id, c[1].sge, c[1].nsge = w[1].ID, w[1].SGL[0], 1
+				c[2].id, c[2].sge, c[2].nsge = w[2].ID, w[2].SGL[0], 1
+				c[3].id, c[3].sge, c[3].nsge = w[3].ID, w[3].SGL[0], 1
+				n += ringChunk
+				continue
+			}
+		}
 		// The slots of chunk c from s on (those the ring uses: all but
 		// in a ring of fewer slots), while the receives are common.
-		end := min(r.mask+1, ringChunk)
 		for j := s % ringChunk; j < end && n < len(wrs); j++ {
 			wr := &wrs[n]
 			if len(wr.SGL) != 1 {
@@ -123,6 +138,14 @@ func (r *rqRing) postOnes(wrs []RecvWR) int {
 	r.tail += uint64(n)
 	return n
 }
+
+// postOnes sets the slots of a whole chunk one by one, four of them: a
+// ringChunk of another size does not compile here.
+var _ [1]struct{} = [ringChunk - 3]struct{}{}
+
+// commonRecv reports whether wr is the common receive: one SGE, with
+// its region.
+func commonRecv(wr *RecvWR) bool { return len(wr.SGL) == 1 && wr.SGL[0].MR != nil }
 
 // take moves the oldest receive into e, dropping the ring's references to
 // its memory regions. It reports false when none is posted.

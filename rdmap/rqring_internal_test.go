@@ -136,8 +136,14 @@ func TestRQRingPostOnes(t *testing.T) {
 // looks under the lock for what was posted when it has taken all it saw)
 // and the taken ones removed from the RQ (rqPop, as flushRecvs does
 // before pushing their completions). One op is one receive.
-func BenchmarkPostRecvs(b *testing.B) {
-	const k = 32
+func BenchmarkPostRecvs(b *testing.B) { benchPostRecvs(b, 32) }
+
+// BenchmarkPostRecvsOdd is BenchmarkPostRecvs with lists of 25, so that
+// a list begins anywhere in a chunk of the RQ's ring, as a poster that
+// reposts what it polled begins it.
+func BenchmarkPostRecvsOdd(b *testing.B) { benchPostRecvs(b, 25) }
+
+func benchPostRecvs(b *testing.B, k int) {
 	dev, _ := NewDevice(nil)
 	b.Cleanup(func() { dev.Close() })
 	pd := dev.AllocPD()
