@@ -37,10 +37,14 @@ import (
 type CQ struct {
 	dev *Device
 
-	mu       sync.Mutex
-	ring     ring[WC]    // limit: the CQ's size; +checklocks:mu
-	ovf      []WC        // completions behind the ring, after an overrun; +checklocks:mu
-	ovfHead  int         // next of ovf to poll; +checklocks:mu
+	mu   sync.Mutex
+	ring wcRing // limit: the CQ's size; +checklocks:mu
+	// ovf holds the completions behind the ring, after an overrun, and
+	// ovfHead is the next of them to poll; ovf is emptied (ovf[:0],
+	// ovfHead 0) once all of it is polled, so that len(ovf) != 0 says
+	// whether completions wait there.
+	ovf      []WC        // +checklocks:mu
+	ovfHead  int         // +checklocks:mu
 	ovfCap   int         // the bound of ovf, set at the overrun; +checklocks:mu
 	overflow atomic.Bool // the CQ has overrun: set under mu, read without (every post reads it)
 	// queued is the number of completions waiting to be polled (the
@@ -82,7 +86,7 @@ func (d *Device) CreateCQ(n int) (*CQ, error) {
 	if n <= 0 || n > MaxCQE {
 		return nil, errConfigf("CreateCQ: %d completions, want 1..%d", n, MaxCQE)
 	}
-	return &CQ{dev: d, ring: newRing[WC](n), notify: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: wcRing{limit: n}, notify: make(chan struct{}, 1)}, nil
 }
 
 // Cap returns the capacity of the CQ's ring.
@@ -117,7 +121,27 @@ func (cq *CQ) Poll(wcs []WC) int {
 		return 0
 	}
 	cq.mu.Lock()
-	k := cq.ring.popInto(wcs)
+	// The oldest completions out of the ring, here rather than in a
+	// method of wcRing: too long to be inlined, and a call costs as much
+	// as a completion's copy.
+	r := &cq.ring
+	h := r.head
+	dst := wcs[:min(uint64(len(wcs)), r.tail-h)]
+	switch {
+	case len(dst) == 1:
+		dst[0] = r.buf[h&r.mask]
+	case len(dst) <= wcCopyMin:
+		buf, mask := r.buf, r.mask
+		for i := range dst {
+			dst[i] = buf[(h+uint64(i))&mask]
+		}
+	default:
+		if k := copy(dst, r.buf[h&r.mask:]); k < len(dst) {
+			copy(dst[k:], r.buf) // the run wraps to slot 0
+		}
+	}
+	r.head = h + uint64(len(dst))
+	k := len(dst)
 	if len(cq.ovf) != 0 { // the list is emptied (ovf[:0]) once all of it is polled
 		k = cq.pollOverflowLocked(wcs, k)
 	}
@@ -208,6 +232,22 @@ func (cq *CQ) push(wc *WC) bool {
 //
 // +checklocks:cq.mu
 func (cq *CQ) pushLocked(wc *WC) bool {
+	r := &cq.ring
+	if r.tail-r.head >= r.room || len(cq.ovf) != 0 { // the list is emptied once all of it is polled
+		return cq.pushSlowLocked(wc)
+	}
+	r.buf[r.tail&r.mask] = *wc
+	r.tail++
+	cq.queued.Add(1)
+	return !cq.overflow.Load()
+}
+
+// pushSlowLocked is pushLocked when the ring's array has no room for wc
+// (it grows, if the ring is not full) or completions wait in the
+// overflow list.
+//
+// +checklocks:cq.mu
+func (cq *CQ) pushSlowLocked(wc *WC) bool {
 	if cq.ring.full() || cq.ovfHead < len(cq.ovf) {
 		if !cq.overflow.Load() {
 			cq.ovfCap = cq.overflowBoundLocked()
@@ -221,27 +261,58 @@ func (cq *CQ) pushLocked(wc *WC) bool {
 		}
 		return false
 	}
-	*cq.ring.push() = *wc
+	r := &cq.ring // its array is full, below limit
+	r.grow(r.len() + 1)
+	r.buf[r.tail&r.mask] = *wc
+	r.tail++
 	cq.queued.Add(1)
 	return !cq.overflow.Load()
 }
 
-// pushAllLocked is pushLocked for each of wcs, in order: those that fit
-// are copied into the ring in one pass, without a call per completion.
-// It reports false when the CQ has overrun.
+// pushAllLocked is pushLocked for each of wcs, in order: when all fit
+// in the ring's array, they are copied there at once (at most two
+// copies; an assignment for one), without a call per completion, and
+// queued is added to once. It reports false when the CQ has overrun.
 //
 // +checklocks:cq.mu
 func (cq *CQ) pushAllLocked(wcs []WC) bool {
-	if cq.ring.len()+len(wcs) > cq.ring.limit || cq.ovfHead < len(cq.ovf) || cq.overflow.Load() {
+	r := &cq.ring
+	if r.tail-r.head+uint64(len(wcs)) > r.room || len(cq.ovf) != 0 || cq.overflow.Load() {
+		return cq.pushAllSlowLocked(wcs)
+	}
+	t := r.tail
+	switch {
+	case len(wcs) == 1:
+		r.buf[t&r.mask] = wcs[0]
+	case len(wcs) <= wcCopyMin:
+		buf, mask := r.buf, r.mask
+		for i := range wcs {
+			buf[(t+uint64(i))&mask] = wcs[i]
+		}
+	default:
+		if k := copy(r.buf[t&r.mask:], wcs); k < len(wcs) {
+			copy(r.buf, wcs[k:]) // the run wraps to slot 0
+		}
+	}
+	r.tail = t + uint64(len(wcs))
+	cq.queued.Add(int64(len(wcs)))
+	return true
+}
+
+// pushAllSlowLocked is pushAllLocked when the ring's array has no room
+// for wcs (it grows, if the ring has room for them) or the CQ has
+// overrun or is about to (then pushLocked for each).
+//
+// +checklocks:cq.mu
+func (cq *CQ) pushAllSlowLocked(wcs []WC) bool {
+	if cq.ring.len()+len(wcs) > cq.ring.limit || len(cq.ovf) != 0 || cq.overflow.Load() {
 		ok := true
 		for i := range wcs {
 			ok = cq.pushLocked(&wcs[i]) && ok
 		}
 		return ok
 	}
-	for i := range wcs {
-		*cq.ring.push() = wcs[i]
-	}
+	cq.ring.pushAll(wcs)
 	cq.queued.Add(int64(len(wcs)))
 	return true
 }
@@ -366,4 +437,67 @@ func (cq *CQ) Close() error {
 	cq.unwatch()
 	cq.wake()
 	return nil
+}
+
+// wcRing is the ring of a CQ's completions: a FIFO of WCs in one array,
+// buf, whose length is a power of two (mask is that length less one);
+// head and tail count the entries ever taken and added (uint64: they do
+// not wrap), and entry i lives in buf[i&mask], so that a run of entries
+// is at most two runs of the array, each moved with one copy. limit is
+// the CQ's size (full reports it). The array is allocated by the first
+// push and replaced by a larger one (at least double, the entries moved:
+// grow) by a push that finds it without room, up to the power of two at
+// least limit: a CQ holds memory for the most completions it has held at
+// once, not for its size. room is how many entries buf holds before it
+// must grow, or limit if less: a push that finds fewer than room entries
+// has its slot without more tests. Nothing keeps a pointer into buf:
+// completions are copied in and out. The CQ's mu guards its wcRing.
+type wcRing struct {
+	buf        []WC
+	mask       uint64
+	head, tail uint64
+	room       uint64
+	limit      int
+}
+
+// wcRingMin is the fewest slots a wcRing allocates (fewer only for a
+// smaller limit): a batch of the receive engine (rxBatch).
+const wcRingMin = 8
+
+// wcCopyMin is the most WCs moved one by one between a wcRing and a
+// slice: a run of more is moved with copy (a call of memmove, which
+// costs more than a few assignments).
+const wcCopyMin = 3
+
+// len returns the number of entries in the ring.
+func (r *wcRing) len() int { return int(r.tail - r.head) }
+
+// full reports whether the ring holds limit entries.
+func (r *wcRing) full() bool { return r.tail-r.head >= uint64(r.limit) }
+
+// pushAll appends wcs in order, growing the array if it has no room for
+// them; the caller checks that the ring has room for len(wcs) more (at
+// most limit in all).
+func (r *wcRing) pushAll(wcs []WC) {
+	if n := r.len() + len(wcs); n > len(r.buf) {
+		r.grow(n)
+	}
+	if k := copy(r.buf[r.tail&r.mask:], wcs); k < len(wcs) {
+		copy(r.buf, wcs[k:]) // the run wraps to slot 0
+	}
+	r.tail += uint64(len(wcs))
+}
+
+// grow replaces buf by an array of at least want slots (want is at most
+// limit), at least double the old one's and at least wcRingMin (or
+// limit if less), a power of two, with the entries moved to their slots
+// there.
+func (r *wcRing) grow(want int) {
+	size := ringSize(max(want, min(wcRingMin, r.limit), 2*len(r.buf)))
+	buf := make([]WC, size)
+	nm := uint64(size - 1)
+	for i := r.head; i != r.tail; i++ {
+		buf[i&nm] = r.buf[i&r.mask]
+	}
+	r.buf, r.mask, r.room = buf, nm, uint64(min(size, r.limit))
 }

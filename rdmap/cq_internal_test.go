@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -147,5 +148,135 @@ func TestCQPushAll(t *testing.T) {
 	na, nb := all.Poll(a), each.Poll(b)
 	if na != nb || fmt.Sprint(a[:na]) != fmt.Sprint(b[:nb]) {
 		t.Fatalf("polled\n%+v\n%+v", a[:na], b[:nb])
+	}
+}
+
+// TestCQRing pushes (push, pushAllLocked) and polls completions of
+// random counts through CQs of several sizes, small ones whose array is
+// smaller than wcRingMin among them, against a slice as the model, so
+// that runs wrap the array at every offset and the array grows while
+// entries wrap it: every completion comes out once and in order, Len
+// counts them, the array is a power of two and never larger than the
+// most completions held at once asks (or wcRingMin), and no push
+// overruns a CQ that has room.
+func TestCQRing(t *testing.T) {
+	dev, err := NewDevice(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, size := range []int{1, 2, 3, 5, 8, 9, 33, 100} {
+		cq, err := dev.CreateCQ(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var model []uint64
+		next, peak := uint64(0), 0
+		got := make([]WC, size+2)
+		for step := range 3000 {
+			if rng.IntN(2) == 0 { // push a batch that fits
+				n := rng.IntN(size - len(model) + 1)
+				wcs := make([]WC, n)
+				for i := range wcs {
+					wcs[i] = WC{ID: next, ByteLen: uint32(next), QPN: uint32(size)}
+					model = append(model, next)
+					next++
+				}
+				ok := true
+				if n == 1 && rng.IntN(2) == 0 {
+					ok = cq.push(&wcs[0])
+				} else {
+					cq.mu.Lock()
+					ok = cq.pushAllLocked(wcs)
+					cq.mu.Unlock()
+				}
+				if !ok {
+					t.Fatalf("size %d step %d: a push of %d with %d queued overran", size, step, n, len(model)-n)
+				}
+				peak = max(peak, len(model))
+			} else { // poll some
+				k := cq.Poll(got[:rng.IntN(len(got)+1)])
+				for i := range k {
+					if len(model) == 0 || got[i].ID != model[0] || got[i].ByteLen != uint32(model[0]) || got[i].QPN != uint32(size) {
+						t.Fatalf("size %d step %d: polled %+v, model %v", size, step, got[i], model)
+					}
+					model = model[1:]
+				}
+			}
+			if cq.Len() != len(model) {
+				t.Fatalf("size %d step %d: Len %d, model %d", size, step, cq.Len(), len(model))
+			}
+			cq.mu.Lock()
+			n := len(cq.ring.buf)
+			cq.mu.Unlock()
+			if want := ringSize(max(peak, min(wcRingMin, size))); n&(n-1) != 0 || peak > 0 && n > want {
+				t.Fatalf("size %d step %d: an array of %d slots for at most %d completions (want %d)", size, step, n, peak, want)
+			}
+		}
+		if cq.Err() != nil || next < uint64(10*size) {
+			t.Fatalf("size %d: Err %v after %d completions", size, cq.Err(), next)
+		}
+		cq.Close()
+	}
+}
+
+// BenchmarkCQPushAllPoll: completions pushed as the receive engine
+// pushes them, up to a batch under one lock (pushAllLocked) with one
+// wake-up, and polled as a busy-polling consumer sees them, into a
+// slice of poll: 25 per round, so that batches and polls begin anywhere
+// in the ring and wrap it. The cases: batches of rxBatch (the last of a
+// round of 1) reaped into a slice of 64, as a consumer that falls behind
+// sees them, and batches of 2 and of 1 reaped as they come, as a
+// latency-bound stream sees them. One op is one completion.
+func BenchmarkCQPushAllPoll(b *testing.B) {
+	for _, c := range []struct{ batch, poll int }{{rxBatch, 64}, {2, 2}, {1, 1}} {
+		b.Run(fmt.Sprintf("%dx%d", c.batch, c.poll), func(b *testing.B) {
+			benchCQPushAllPoll(b, c.batch, c.poll)
+		})
+	}
+}
+
+func benchCQPushAllPoll(b *testing.B, batch, poll int) {
+	const k = 25
+	dev, err := NewDevice(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	cq, err := dev.CreateCQ(100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cq.Close()
+	wcs := make([]WC, k)
+	for i := range wcs {
+		wcs[i] = WC{ID: uint64(i), Op: WCRecv, ByteLen: 64, QPN: 1}
+	}
+	got := make([]WC, poll)
+	b.ReportAllocs()
+	for done := 0; done < b.N; done += k {
+		polled := 0
+		for i := 0; i < k; i += batch {
+			cq.mu.Lock()
+			ok := cq.pushAllLocked(wcs[i:min(i+batch, k)])
+			cq.mu.Unlock()
+			cq.wakeBy(nil)
+			if !ok {
+				b.Fatal("CQ overran")
+			}
+			if poll < k {
+				for cq.Len() >= poll {
+					polled += cq.Poll(got)
+				}
+			}
+		}
+		for polled < k {
+			n := cq.Poll(got)
+			if n == 0 || got[n-1].ID != uint64(polled+n-1) {
+				b.Fatalf("polled %d after %d", n, polled)
+			}
+			polled += n
+		}
 	}
 }

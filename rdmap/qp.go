@@ -1290,15 +1290,15 @@ func (qp *QP) PostRecvs(wrs []RecvWR) (int, error) {
 		return 0, ErrCQOverflow
 	}
 	if qp.rqMode != postFlush {
-		// The common receive, one SGE, is checked and queued in one
-		// tight pass while the RQ has room; the loop below takes over at
-		// the first other one (and tells a full RQ, or the request's
-		// error, as validPrefix and the room check would).
-		room := qp.rq.limit - qp.rq.len()
+		// The common receive, one SGE with its region (valid: one SGE's
+		// length is at most MaxRecvLen), is checked and queued in one
+		// tight pass while the RQ has room (postOnes: the tail moved once
+		// for the run); the loop below takes over at the first other one
+		// (and tells a full RQ, or the request's error, as validPrefix
+		// and the room check would).
 		n := 0
-		for n < len(wrs) && n < room && qp.recvFast(&wrs[n]) {
-			qp.rq.postOne(wrs[n].ID, &wrs[n].SGL[0])
-			n++
+		if room := qp.rq.limit - qp.rq.len(); room > 0 && qp.cfg.MaxRecvSGE >= 1 {
+			n = qp.rq.postOnes(wrs[:min(len(wrs), room)])
 		}
 		var verr error
 		for ; n < len(wrs); n++ {
@@ -1384,7 +1384,9 @@ func (qp *QP) takeRecv(e *rxRecv) bool {
 			return false
 		}
 	}
-	qp.rq.takeAt(e, rx.rqTaken)
+	if i := rx.rqTaken; !qp.rq.at(i).takeOne(e) {
+		qp.rq.takeAt(e, i)
+	}
 	rx.rqTaken++
 	return true
 }

@@ -104,19 +104,6 @@ func (r *ring[T]) pop() *T {
 	return e
 }
 
-// popInto moves the oldest entries into dst, as many as fit, and returns
-// how many: pop's loop without a test of the ring per entry.
-func (r *ring[T]) popInto(dst []T) int {
-	n := min(len(dst), int(r.tail-r.head))
-	h := r.head
-	for i := range dst[:n] {
-		s := (h + uint64(i)) & r.mask
-		dst[i] = r.chunks[s/ringChunk][s%ringChunk]
-	}
-	r.head = h + uint64(n)
-	return n
-}
-
 // drop forgets every entry (their slots keep their contents until
 // overwritten).
 func (r *ring[T]) drop() { r.head = r.tail }

@@ -80,6 +80,73 @@ func (r *rqRing) postOne(id uint64, sge *SGE) {
 	e.id, e.sge, e.nsge = id, *sge, 1
 }
 
+// postOnes appends the longest prefix of wrs whose receives have one SGE
+// with its region set (the common receive), as postOne appends each, and
+// returns how many it appended: the same entries in the same slots, the
+// tail moved once for them, the chunk looked up once per chunk, and a
+// whole chunk of common receives checked and set without a loop. The
+// caller has checked that the ring has room for len(wrs) more and that a
+// receive of one SGE is valid for it (its maxSGE is at least 1: one
+// SGE's length is at most MaxRecvLen).
+func (r *rqRing) postOnes(wrs []RecvWR) int {
+	n := 0
+	for n < len(wrs) {
+		// The chunk of slot s, read from r each time: fewer values live
+		// across the inner loop and its write barriers.
+		s := (r.tail + uint64(n)) & r.mask
+		c := r.chunks[s/ringChunk]
+		if c == nil {
+			// As push allocates: when an entry goes in.
+			if !commonRecv(&wrs[n]) {
+				break
+			}
+			c = new([ringChunk]rqEntry)
+			r.chunks[s/ringChunk] = c
+		}
+		end := min(r.mask+1, ringChunk)
+		if s%ringChunk == 0 && end == ringChunk && len(wrs)-n >= ringChunk {
+			// A whole chunk of common receives: checked, then set, in
+			// line.
+			w := (*[ringChunk]RecvWR)(wrs[n:])
+			if commonRecv(&w[0]) && commonRecv(&w[1]) && commonRecv(&w[2]) && commonRecv(&w[3]) {
+				c[0].id, c[0].sge, c[0].nsge = w[0].ID, w[0].SGL[0], 1
+				c[1].id, c[1].sge, c[1].nsge = w[1].ID, w[1].SGL[0], 1
+				c[2].id, c[2].sge, c[2].nsge = w[2].ID, w[2].SGL[0], 1
+				c[3].id, c[3].sge, c[3].nsge = w[3].ID, w[3].SGL[0], 1
+				n += ringChunk
+				continue
+			}
+		}
+		// The slots of chunk c from s on (those the ring uses: all but
+		// in a ring of fewer slots), while the receives are common.
+		for j := s % ringChunk; j < end && n < len(wrs); j++ {
+			wr := &wrs[n]
+			if len(wr.SGL) != 1 {
+				r.tail += uint64(n)
+				return n
+			}
+			sge := &wr.SGL[0]
+			if sge.MR == nil {
+				r.tail += uint64(n)
+				return n
+			}
+			e := &c[j%ringChunk]
+			e.id, e.sge, e.nsge = wr.ID, *sge, 1
+			n++
+		}
+	}
+	r.tail += uint64(n)
+	return n
+}
+
+// postOnes sets the slots of a whole chunk one by one, four of them: a
+// ringChunk of another size does not compile here.
+var _ [1]struct{} = [ringChunk - 3]struct{}{}
+
+// commonRecv reports whether wr is the common receive: one SGE, with
+// its region.
+func commonRecv(wr *RecvWR) bool { return len(wr.SGL) == 1 && wr.SGL[0].MR != nil }
+
 // take moves the oldest receive into e, dropping the ring's references to
 // its memory regions. It reports false when none is posted.
 func (r *rqRing) take(e *rxRecv) bool {
@@ -96,6 +163,9 @@ func (r *rqRing) take(e *rxRecv) bool {
 // left from an earlier receive, drop their regions.
 func (r *rqRing) takeAt(e *rxRecv, i uint64) {
 	src := r.at(i)
+	if src.takeOne(e) {
+		return
+	}
 	n := src.nsge
 	if n > 0 {
 		e.sgl[0] = src.sge
@@ -112,6 +182,21 @@ func (r *rqRing) takeAt(e *rxRecv, i uint64) {
 		e.sgl[k] = SGE{}
 	}
 	e.id, e.nsge = src.id, n
+}
+
+// takeOne is takeAt of the entry src for the common receive, of one
+// SGE, taken into an e that holds at most one (the common receive
+// before): it moves src into e, dropping src's reference to its region,
+// and reports true; otherwise it changes nothing and reports false
+// (takeAt moves it).
+func (src *rqEntry) takeOne(e *rxRecv) bool {
+	if src.nsge != 1 || e.nsge > 1 {
+		return false
+	}
+	e.sgl[0] = src.sge
+	src.sge.MR = nil
+	e.id, e.nsge = src.id, 1
+	return true
 }
 
 // rxRecv is the receive the receive engine fills (rxEngine.recv): its
