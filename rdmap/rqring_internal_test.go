@@ -144,19 +144,7 @@ func BenchmarkPostRecvs(b *testing.B) { benchPostRecvs(b, 32) }
 func BenchmarkPostRecvsOdd(b *testing.B) { benchPostRecvs(b, 25) }
 
 func benchPostRecvs(b *testing.B, k int) {
-	dev, _ := NewDevice(nil)
-	b.Cleanup(func() { dev.Close() })
-	pd := dev.AllocPD()
-	cq, _ := dev.CreateCQ(1024)
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxRecvWR: 256})
-	if err != nil {
-		b.Fatal(err)
-	}
-	mr, _ := pd.RegisterMemory(make([]byte, 64*k), AccessLocalWrite)
-	b.Cleanup(func() {
-		qp.Close()
-		mr.Deregister()
-	})
+	qp, _, mr := engineQP(b, 1024, QPConfig{MaxRecvWR: 256}, make([]byte, 64*k))
 	wrs := make([]RecvWR, k)
 	for i := range wrs {
 		wrs[i] = RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(64*i, 64)}}

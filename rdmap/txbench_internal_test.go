@@ -128,19 +128,7 @@ func BenchmarkTxEngine(b *testing.B) {
 // depth) with a list of k one-SGE 64-byte requests of op to post, the
 // last signaled, and its CQ.
 func postListQP(b *testing.B, op WROpcode, k, depth int) (*QP, *CQ, []SendWR) {
-	dev, _ := NewDevice(nil)
-	b.Cleanup(func() { dev.Close() })
-	pd := dev.AllocPD()
-	cq, _ := dev.CreateCQ(1024)
-	qp, err := pd.CreateQP(&QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: depth})
-	if err != nil {
-		b.Fatal(err)
-	}
-	mr, _ := pd.RegisterMemory(make([]byte, 64*k), AccessLocalWrite)
-	b.Cleanup(func() {
-		qp.Close()
-		mr.Deregister()
-	})
+	qp, cq, mr := engineQP(b, 1024, QPConfig{MaxSendWR: depth}, make([]byte, 64*k))
 	wrs := make([]SendWR, k)
 	for i := range wrs {
 		wrs[i] = SendWR{Op: op, SGL: []SGE{mr.SGE(64*i, 64)}, Remote: Remote{STag: 0x100}}
