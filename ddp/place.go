@@ -1,5 +1,7 @@
 package ddp
 
+import "encoding/binary"
+
 // The Data Sink's placement rules (RFC 5041 §5.3, §5.4, §7.2), in the
 // order Linux siw checks them (siw_qp_rx.c: siw_write_check_ntoh,
 // siw_rresp_check_ntoh, siw_send_check_ntoh). The ULP supplies its
@@ -32,9 +34,9 @@ type UntaggedSink struct {
 	msn    [NumQueues]uint32
 	active bool
 	qn     uint32
-	cur    uint32 // MSN of the message in progress
+	cur    uint32 // MSN of the message in progress (read only while active, as qn)
 	mo     uint32 // bytes of it accepted so far: the next MO
-	length uint64 // its buffer's length
+	length uint64 // its buffer's length (read only while active)
 }
 
 // Reset starts the stream: every queue expects MSN 1 (RFC 5041 §5.1),
@@ -149,6 +151,26 @@ func (u *UntaggedSink) Delivered(h Header, qn uint32, n int, length uint64) {
 	u.msn[qn]++
 }
 
+// Deliver is Message and Delivered in one step, for a caller that places
+// the message only once its rules are checked: it reports whether Message
+// would accept the message of one segment h of n payload bytes on queue
+// qn into a buffer of length bytes and, when it would, records it as
+// Delivered would: no message in progress, MO returns n, the queue's
+// next MSN advances. It records neither the message's MSN nor its
+// buffer's length (Delivered's), which the rules read only while a
+// message is in progress. Reporting false, it changes nothing: the caller
+// then goes through Segment and Begin, which give the error.
+func (u *UntaggedSink) Deliver(h Header, qn uint32, n int, length uint64) bool {
+	// The QN and MSN fields are adjacent: one load checks both.
+	if !h.Last() || qn >= NumQueues || u.active && u.qn == qn || n < 0 || uint64(n) > length || h.MO() != 0 ||
+		binary.BigEndian.Uint64(h[qnOffset:]) != uint64(qn)<<32|uint64(u.msn[qn]) {
+		return false
+	}
+	u.active, u.mo = false, uint32(n)
+	u.msn[qn]++
+	return true
+}
+
 // Abandon ends the message in progress without delivering it (the
 // stream is failing); its queue's MSN stays.
 func (u *UntaggedSink) Abandon() { u.active = false }
@@ -190,9 +212,9 @@ type Regions interface {
 // message may also be expected before it starts (a Read Response lands
 // where its Read said: Expect).
 type TaggedSink struct {
-	active  bool // a message is in progress
-	stag    STag
-	next    uint64 // the TO its next segment must carry
+	active  bool   // a message is in progress
+	stag    STag   // read only while active or bounded
+	next    uint64 // the TO its next segment must carry (idem)
 	bounded bool   // Expect: the message ends exactly at end
 	end     uint64
 }
@@ -257,6 +279,19 @@ func (s *TaggedSink) Continue(h Header, n int) bool {
 	}
 	s.active, s.stag, s.next = true, stag, to+uint64(n)
 	return true
+}
+
+// Whole reports whether Continue would accept the tagged segment h of
+// n payload bytes (its region checked by the caller) as the first
+// segment of a message and Placed(true) would then end it: h's L flag
+// set, n > 0, no message in progress and none expected (Expect). Such a
+// message leaves the sink idle, as the sink already is: Whole changes
+// nothing, and the STag and TO Continue would record are not recorded,
+// the rules reading them only while a message is in progress or
+// expected. When it reports false the caller uses Continue (then
+// Segment, which gives any error).
+func (s *TaggedSink) Whole(h Header, n int) bool {
+	return !s.active && !s.bounded && n > 0 && h.Last()
 }
 
 // Placed records that the segment Segment accepted was placed and

@@ -855,7 +855,8 @@ func (rx *rxEngine) runHeader(u []byte, hl int) {
 // progress, or the region the last Write found, referenced and with its
 // STag word unchanged: what CheckRegion would look up and take), its
 // access (as MR.check checks it, against the mapping the unchanged word
-// names) and the DDP rules (ddp.TaggedSink.Continue). It then leaves the
+// names) and the DDP rules (ddp.TaggedSink.Whole for a message of one
+// segment, else ddp.TaggedSink.Continue). It then leaves the
 // engine as whole would have: the FPDU's header and counters, the DDP
 // state, the message's reference and the payload placed. It reports
 // false, having changed nothing but the region entered, otherwise: the
@@ -880,13 +881,26 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 		return false
 	}
 	dst, ok := w.runBytes(h.TO(), plen)
-	if !ok || !rx.tagged.Continue(h, plen) {
+	one := rx.tagged.Whole(h, plen)
+	if !ok || !one && !rx.tagged.Continue(h, plen) {
 		return false
 	}
 	// The segment is in the message (as after Segment), its region
 	// taken for it (takeRef's reference, as CheckRegion takes it); then
-	// the payload, then what begin and end would have left.
+	// the payload, then what begin and end would have left. A message
+	// of one segment (ddp.TaggedSink.Whole) leaves the sink idle, and
+	// its reference, which end would hand back to rx.held, stays there.
 	rx.taggedOp = wire.OpWrite
+	if one {
+		copy(dst, u[ddp.TaggedHeaderLen:])
+		rx.runCount(len(u), ddp.TaggedHeaderLen)
+		rx.runHeader(u, ddp.TaggedHeaderLen)
+		rx.cur.op, rx.cur.last = wire.OpWrite, true
+		if rx.writeMR != nil {
+			rx.writeMR = nil // as end leaves it
+		}
+		return true
+	}
 	if !active {
 		rx.held, rx.writeMR = nil, mr
 	}
@@ -921,7 +935,8 @@ func (rx *rxEngine) writeRun(w *runRegion, u []byte) bool {
 //
 // A memory fault in a copy (guardRx) leaves the segments before the
 // faulting one placed and counted, the faulting one's DDP state as
-// writeRun leaves it (Continue done) and rx.cur with the header of a
+// writeRun leaves it (Continue done; for a message of one segment, the
+// sink idle, as Whole leaves it) and rx.cur with the header of a
 // segment received before it (writeRun's: the one just before; here:
 // the last one writeRun or writesEnd recorded). What the fault leads to
 // reads none of rx.cur: its Terminate is local catastrophic, with no
@@ -954,33 +969,43 @@ func (rx *rxEngine) writes(w *runRegion, n, max int) (int, []byte, error, bool) 
 		// the run took was one) into writeMR, or a new one into the
 		// region the last Write found; either is the run's region. Then
 		// runBytes's checks, and the DDP rules.
+		// A message of one segment (ddp.TaggedSink.Whole: Continue and
+		// Placed(true) in one check, the sink left idle) is the common
+		// case; any other goes through Continue and Placed.
 		active := rx.tagged.Active()
+		one := rx.tagged.Whole(h, int(plen))
 		off := to - w.base
 		if h.STag() != STag(uint32(w.want)) || active && rx.writeMR != w.mr || !active && (!fresh || rx.held != w.mr) ||
 			w.mr.st.Load() != w.want || w.parent != nil && w.parent.st.Load()&mrValid == 0 ||
 			to < w.base || off > uint64(len(w.buf)) || plen > uint64(len(w.buf))-off ||
-			!rx.tagged.Continue(h, int(plen)) {
+			!one && !rx.tagged.Continue(h, int(plen)) {
 			rx.writesEnd(last)
 			return n, u, nil, true
 		}
+		if one {
+			// Its region taken for it: writeRun would hand the
+			// reference the engine keeps to writeMR and back; it stays
+			// in rx.held instead, and writeMR is left nil.
+			copy(w.buf[off:off+plen], u[ddp.TaggedHeaderLen:])
+			rx.runCount(len(u), ddp.TaggedHeaderLen)
+			if rx.writeMR != nil {
+				rx.writeMR = nil
+			}
+			last = u
+			continue
+		}
 		// The segment is in the message (Continue), its region taken
-		// for it: a message of one segment (!active && l) would hand the
-		// reference the engine keeps to writeMR and back (writeRun); it
-		// stays in rx.held instead, and writeMR is left nil.
+		// for it.
 		l := h.Last()
-		if !active && !l {
+		if !active {
 			rx.held, rx.writeMR = nil, w.mr
 		}
 		copy(w.buf[off:off+plen], u[ddp.TaggedHeaderLen:])
 		rx.runCount(len(u), ddp.TaggedHeaderLen)
 		rx.tagged.Placed(l)
 		if l {
-			if active {
-				rx.dropRef(w.mr)
-				rx.writeMR = nil
-			} else if rx.writeMR != nil {
-				rx.writeMR = nil
-			}
+			rx.dropRef(w.mr)
+			rx.writeMR = nil
 		}
 		last = u
 	}
@@ -1001,7 +1026,7 @@ func (rx *rxEngine) writesEnd(u []byte) {
 // its control byte a Send's or a Send with Solicited Event's) in the
 // run's region w, entering it first if w has none, when it is what whole
 // would accept and place there: an untagged, DDP version 1 header, a
-// message of one segment (ddp.UntaggedSink.Message) with a non-empty
+// message of one segment (ddp.UntaggedSink.Deliver) with a non-empty
 // payload, and the next receive posted on the QP's own RQ (no SRQ) of
 // one SGE, in that region (referenced as addRef would take it: the
 // reference the engine keeps, rx.held, or a new one when it keeps none),
@@ -1010,7 +1035,9 @@ func (rx *rxEngine) writesEnd(u []byte) {
 // counters, the DDP state, the receive taken and its completion
 // gathered (pushRecv), the payload placed. It reports false, having
 // changed nothing but the region entered, otherwise: the caller receives
-// the FPDU through whole.
+// the FPDU through whole. The DDP state is recorded (Deliver) before the
+// payload is placed: a memory fault in the copy leaves the message
+// delivered there, which nothing reads once the engine has stopped.
 func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	qp := rx.qp
 	if len(u) <= ddp.UntaggedHeaderLen || u[0]&(ddp.FlagTagged|ddp.VersionMask) != ddp.Version1 || qp.srq != nil || rx.rqTaken == rx.rqAvail {
@@ -1025,10 +1052,11 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	}
 	length := uint64(e.sge.Length)
 	dst, ok := w.runBytes(e.sge.Offset, plen)
-	if !ok || !rx.untagged.Message(h, wire.QNSend, plen, length) {
+	if !ok {
 		return false
 	}
-	if rx.held == nil {
+	acquired := rx.held == nil
+	if acquired {
 		// The first placement into the region since the engine let its
 		// reference go (before it read: releaseHeld): a new one, kept
 		// as dropRef keeps it. The region entered (its STag word valid)
@@ -1038,20 +1066,31 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 		}
 		rx.held = mr
 	}
+	// The DDP rules, and the DDP state the message leaves
+	// (ddp.UntaggedSink.Deliver: Message and Delivered in one step);
+	// refused, the reference just taken goes again.
+	if !rx.untagged.Deliver(h, wire.QNSend, plen, length) {
+		if acquired {
+			rx.held = nil
+			mr.release()
+		}
+		return false
+	}
 	// The payload first: should the copy fault (guardRx), the receive
-	// is still posted, to be flushed, and the FPDU not counted. Then
-	// what begin, TakeBuffer, beginSend, end and completeRecv would have
-	// left. The receive's completion is gathered last: should it fill
-	// the batch, the batch goes into the CQ outside the region.
+	// is still posted, to be flushed, and the FPDU not counted (the DDP
+	// state, which nothing reads once the engine stops, has the message
+	// delivered). Then what begin, TakeBuffer, beginSend, end and
+	// completeRecv would have left. The receive's completion is gathered
+	// last: should it fill the batch, the batch goes into the CQ outside
+	// the region.
 	copy(dst, u[ddp.UntaggedHeaderLen:])
 	// What begin, TakeBuffer, beginSend, end and completeRecv would have
-	// left: the receive taken, the DDP state, the FPDU's header and
-	// counters, and its completion written in place (sendOne has the
-	// same lines: a call per FPDU costs more than the lines).
+	// left: the receive taken, the FPDU's header and counters, and its
+	// completion written in place (sendOne has the same lines: a call
+	// per FPDU costs more than the lines).
 	id := e.id
 	e.sge.MR = nil // takeAt's: the RQ holds no reference
 	rx.rqTaken++
-	rx.untagged.Delivered(h, wire.QNSend, plen, length)
 	op := wire.OpSend
 	if u[1] == sendSECtrl {
 		op = wire.OpSendSE
@@ -1080,7 +1119,7 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 // as wholeRun does (the QP broke, the engine is to yield, max, no whole
 // FPDU) and calls rx.runStep first. Each Send gets sendRun's checks (but
 // for the QP's SRQ: none for the whole run) and leaves, in sendRun's
-// order, the payload copied, the receive taken, the DDP state, the
+// order, the DDP state, the payload copied, the receive taken, the
 // counters and its completion gathered (a full batch pushed outside the
 // region, as sendRun pushes it: the region is entered again for the next
 // Send). rx.cur and the receive's state (recvOp, recvStatus, recvSGE,
@@ -1094,7 +1133,9 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 // A memory fault in a copy (guardRx) leaves, as sendRun does, the Sends
 // before the faulting one received, counted and their completions
 // gathered (the QP's flush pushes them), the faulting one's receive
-// still posted (flushed) and nothing counted for it; rx.cur and the
+// still posted (flushed) and nothing counted for it (but its DDP
+// state, recorded before the copy, which nothing reads once the engine
+// has stopped); rx.cur and the
 // receive's state hold a Send received before it (the last one sendRun
 // or sendsEnd recorded). What the fault leads to reads none of them:
 // its Terminate is local catastrophic, with no header (memoryFault),
@@ -1126,11 +1167,12 @@ func (rx *rxEngine) sends(w *runRegion, n, max int) (int, []byte, error, bool) {
 		}
 		length := uint64(e.sge.Length)
 		dst, ok := w.runBytes(e.sge.Offset, plen)
-		if !ok || !rx.untagged.Message(h, wire.QNSend, plen, length) {
+		if !ok {
 			rx.sendsEnd(last)
 			return n, u, nil, true
 		}
-		if rx.held == nil {
+		acquired := rx.held == nil
+		if acquired {
 			// As sendRun: the region entered keeps its registration's
 			// reference, so this succeeds.
 			if !mr.acquire() {
@@ -1139,11 +1181,18 @@ func (rx *rxEngine) sends(w *runRegion, n, max int) (int, []byte, error, bool) {
 			}
 			rx.held = mr
 		}
+		if !rx.untagged.Deliver(h, wire.QNSend, plen, length) {
+			if acquired { // as sendRun
+				rx.held = nil
+				mr.release()
+			}
+			rx.sendsEnd(last)
+			return n, u, nil, true
+		}
 		copy(dst, u[ddp.UntaggedHeaderLen:])
 		id := e.id
 		e.sge.MR = nil // takeAt's: the RQ holds no reference
 		rx.rqTaken++
-		rx.untagged.Delivered(h, wire.QNSend, plen, length)
 		rx.runCount(len(u), ddp.UntaggedHeaderLen)
 		wc := &rx.wcs[rx.nwcs]
 		*wc = WC{ID: id, Op: WCRecv, ByteLen: uint32(plen), QPN: rx.qp.qpn}
