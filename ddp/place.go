@@ -161,7 +161,9 @@ func (u *UntaggedSink) Delivered(h Header, qn uint32, n int, length uint64) {
 // message is in progress. Reporting false, it changes nothing: the caller
 // then goes through Segment and Begin, which give the error.
 func (u *UntaggedSink) Deliver(h Header, qn uint32, n int, length uint64) bool {
-	// The QN and MSN fields are adjacent: one load checks both.
+	// The QN and MSN fields are adjacent: one load checks both (which
+	// also keeps Deliver within the compiler's inlining budget, as the
+	// receive runs need it: a call per FPDU costs more than its checks).
 	if !h.Last() || qn >= NumQueues || u.active && u.qn == qn || n < 0 || uint64(n) > length || h.MO() != 0 ||
 		binary.BigEndian.Uint64(h[qnOffset:]) != uint64(qn)<<32|uint64(u.msn[qn]) {
 		return false
