@@ -115,6 +115,10 @@ type Reader struct {
 	vec VectorReader // src, when it reads vectors; nil otherwise
 	cfg ReaderConfig
 	pre []byte // what is left of cfg.Leftover
+	// wholeMax is the longest ULPDU Whole takes in line (its fast
+	// path): under DirectMin+bigSlack and within MaxULPDU, without CRC
+	// and markers; -1 with either (every FPDU goes to whole).
+	wholeMax int
 
 	buf  []byte // stream bytes in buf[r:w]: *lent, small, or the caller's
 	r, w int
@@ -158,7 +162,10 @@ func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 	if cfg.MaxULPDU <= 0 || cfg.MaxULPDU > MaxULPDU {
 		cfg.MaxULPDU = MaxULPDU
 	}
-	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset}
+	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset, wholeMax: -1}
+	if !cfg.CRC && !cfg.Markers {
+		rd.wholeMax = min(cfg.MaxULPDU, DirectMin+bigSlack-1)
+	}
 	switch {
 	case len(buf) >= ReaderBufSize:
 		rd.cfg.Buffers = nil
@@ -437,6 +444,25 @@ func (rd *Reader) Next() (int, error) {
 // Buffered mode Whole is what Buffered asks for: the CRC is checked
 // before the caller places a byte.
 func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
+	// The fast path: a small FPDU without CRC and markers (n at most
+	// wholeMax, so that the next reads are not limited, as Trailer
+	// would leave them), all buffered. Everything else is whole's.
+	if r, w := rd.r, rd.w; !rd.in && w-r >= LengthFieldLen {
+		b := rd.buf[r:w:w]
+		n := int(b[0])<<8 | int(b[1])
+		if wire := FPDULen(n); n <= rd.wholeMax && wire <= len(b) {
+			rd.wlen, rd.wireCRC, rd.big = wire, WireCRC(b[wire-CRCLen:wire]), false
+			rd.r = r + wire
+			rd.pos += uint64(wire)
+			return b[LengthFieldLen : LengthFieldLen+n], true, nil
+		}
+	}
+	return rd.whole()
+}
+
+// whole is Whole for the FPDUs its fast path leaves: with CRC or
+// markers, large, over the limit or not all buffered.
+func (rd *Reader) whole() (ulpdu []byte, ok bool, err error) {
 	if rd.in || rd.cfg.Markers || rd.w-rd.r < LengthFieldLen {
 		return nil, false, nil
 	}
