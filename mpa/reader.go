@@ -115,9 +115,10 @@ type Reader struct {
 	vec VectorReader // src, when it reads vectors; nil otherwise
 	cfg ReaderConfig
 	pre []byte // what is left of cfg.Leftover
-	// wholeMax is the longest ULPDU Whole takes in line (its fast
-	// path): under DirectMin+bigSlack and within MaxULPDU, without CRC
-	// and markers; -1 with either (every FPDU goes to whole).
+	// wholeMax is the longest ULPDU Whole takes on its short path:
+	// within MaxULPDU and under DirectMin+bigSlack (a longer one may
+	// limit the next reads), without CRC and markers; -1 with either
+	// (every FPDU goes to whole).
 	wholeMax int
 
 	buf  []byte // stream bytes in buf[r:w]: *lent, small, or the caller's
@@ -163,6 +164,7 @@ func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 		cfg.MaxULPDU = MaxULPDU
 	}
 	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset, wholeMax: -1}
+	rd.vec, _ = src.(VectorReader)
 	if !cfg.CRC && !cfg.Markers {
 		rd.wholeMax = min(cfg.MaxULPDU, DirectMin+bigSlack-1)
 	}
@@ -176,7 +178,6 @@ func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 		rd.buf = make([]byte, ReaderBufSize)
 	}
 	rd.cfg.Leftover = nil
-	rd.vec, _ = src.(VectorReader)
 	return rd
 }
 
@@ -444,32 +445,30 @@ func (rd *Reader) Next() (int, error) {
 // Buffered mode Whole is what Buffered asks for: the CRC is checked
 // before the caller places a byte.
 func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
-	// The fast path: a small FPDU without CRC and markers (n at most
-	// wholeMax, so that the next reads are not limited, as Trailer
-	// would leave them), all buffered. Everything else is whole's.
 	if r, w := rd.r, rd.w; !rd.in && w-r >= LengthFieldLen {
 		b := rd.buf[r:w:w]
 		n := int(b[0])<<8 | int(b[1])
-		if wire := FPDULen(n); n <= rd.wholeMax && wire <= len(b) {
+		wire := FPDULen(n)
+		if n <= rd.wholeMax && wire <= len(b) {
+			// The short path: a small FPDU all buffered, without CRC
+			// and markers, not one that limits the next reads (so
+			// Trailer would leave big false).
 			rd.wlen, rd.wireCRC, rd.big = wire, WireCRC(b[wire-CRCLen:wire]), false
 			rd.r = r + wire
 			rd.pos += uint64(wire)
 			return b[LengthFieldLen : LengthFieldLen+n], true, nil
 		}
+		return rd.whole(b, n, wire)
 	}
-	return rd.whole()
+	return nil, false, nil
 }
 
-// whole is Whole for the FPDUs its fast path leaves: with CRC or
-// markers, large, over the limit or not all buffered.
-func (rd *Reader) whole() (ulpdu []byte, ok bool, err error) {
-	if rd.in || rd.cfg.Markers || rd.w-rd.r < LengthFieldLen {
-		return nil, false, nil
-	}
-	b := rd.buf[rd.r:rd.w]
-	n := int(b[0])<<8 | int(b[1])
-	wire := FPDULen(n)
-	if n > rd.cfg.MaxULPDU || len(b) < wire {
+// whole is Whole for an FPDU its short path leaves (with CRC or
+// markers, large, over the limit or not all buffered), with no FPDU
+// started: b is the buffered bytes, n the ULPDU_Length they begin with
+// (unless there are markers) and wire FPDULen(n).
+func (rd *Reader) whole(b []byte, n, wire int) (ulpdu []byte, ok bool, err error) {
+	if rd.cfg.Markers || n > rd.cfg.MaxULPDU || len(b) < wire {
 		return nil, false, nil
 	}
 	f := b[:wire:wire]
