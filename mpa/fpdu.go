@@ -57,7 +57,7 @@ func PadLen(n int) int { return -(n + LengthFieldLen) & 3 }
 // FPDULen returns the length on the wire of an FPDU carrying n ULPDU bytes,
 // without markers: LengthFieldLen + n + PadLen(n) + CRCLen, computed as
 // the length field and the ULPDU rounded up to a multiple of 4, plus the
-// CRC field, in two instructions (it is taken per small FPDU).
+// CRC field (an add and a mask: it is taken per small FPDU).
 func FPDULen(n int) int { return (n+LengthFieldLen+3)&^3 + CRCLen }
 
 // UpdateCRC extends a CRC32c computed over earlier bytes with p. Start with

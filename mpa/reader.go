@@ -164,7 +164,6 @@ func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 		cfg.MaxULPDU = MaxULPDU
 	}
 	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset, wholeMax: -1}
-	rd.vec, _ = src.(VectorReader)
 	if !cfg.CRC && !cfg.Markers {
 		rd.wholeMax = min(cfg.MaxULPDU, DirectMin+bigSlack-1)
 	}
@@ -178,6 +177,7 @@ func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 		rd.buf = make([]byte, ReaderBufSize)
 	}
 	rd.cfg.Leftover = nil
+	rd.vec, _ = src.(VectorReader)
 	return rd
 }
 
