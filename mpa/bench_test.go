@@ -146,3 +146,70 @@ func BenchmarkReaderHeaderFirst(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRun: the small-message path of the send side, a Run of 32
+// FPDUs of a 64-byte ULPDU (BeginRun, Next and a fill of each, EndRun)
+// added to an empty batch, which Reset then drops (nothing is written);
+// without CRC (the FPDUs in the scratch arena) and with (in the batch
+// buffer, EndRun computing each CRC). An op is one FPDU.
+func BenchmarkRun(b *testing.B) {
+	const run, ulen = 32, 64
+	for _, crc := range []bool{false, true} {
+		b.Run(fmt.Sprintf("crc=%v", crc), func(b *testing.B) {
+			var w mpa.Writer
+			w.Init(mpa.WriterConfig{CRC: crc, MaxHeader: 28})
+			defer w.Release()
+			b.ReportAllocs()
+			b.SetBytes(ulen)
+			i := 0
+			var r mpa.Run
+			for b.Loop() {
+				if i%run == 0 {
+					w.EndRun(&r)
+					w.Reset()
+					r = w.BeginRun(run)
+				}
+				i++
+				u := r.Next(ulen)
+				if u == nil {
+					b.Fatal("Next refused a small FPDU")
+				}
+				u[0], u[ulen-1] = byte(i), byte(i)
+			}
+			w.EndRun(&r)
+			w.Reset()
+		})
+	}
+}
+
+// BenchmarkWhole: the small-message path of the receive side, Whole over
+// a stream of FPDUs of a 64-byte ULPDU read from memory in chunks of
+// many FPDUs (Fill when the buffer is empty); without CRC and with. An
+// op is one FPDU.
+func BenchmarkWhole(b *testing.B) {
+	const ulen = 64
+	for _, crc := range []bool{false, true} {
+		b.Run(fmt.Sprintf("crc=%v", crc), func(b *testing.B) {
+			fr := &mpa.Framer{CRC: crc}
+			var stream []byte
+			for range 1024 { // 72 KiB: every read brings the whole cycle
+				stream = fr.AppendFPDU(stream, make([]byte, 18), make([]byte, ulen-18))
+			}
+			rd := mpa.NewReader(&cycleReader{data: stream}, nil, mpa.ReaderConfig{CRC: crc})
+			b.ReportAllocs()
+			b.SetBytes(ulen)
+			for b.Loop() {
+				u, ok, err := rd.Whole()
+				if !ok {
+					if err := rd.Fill(); err != nil {
+						b.Fatal(err)
+					}
+					u, ok, err = rd.Whole()
+				}
+				if !ok || err != nil || len(u) != ulen {
+					b.Fatal("Whole:", ok, err, len(u))
+				}
+			}
+		})
+	}
+}

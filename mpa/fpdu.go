@@ -49,12 +49,16 @@ var (
 	ErrULPDUTooLong  = errors.New("mpa: ULPDU_Length over the receive limit")
 )
 
-// PadLen returns the number of pad bytes after a ULPDU of n bytes.
-func PadLen(n int) int { return (4 - (n+LengthFieldLen)&3) & 3 }
+// PadLen returns the number of pad bytes after a ULPDU of n bytes: what
+// brings the length field and the ULPDU to a multiple of 4,
+// (4 - (n+LengthFieldLen)%4) % 4, computed as -(n+LengthFieldLen) mod 4.
+func PadLen(n int) int { return -(n + LengthFieldLen) & 3 }
 
 // FPDULen returns the length on the wire of an FPDU carrying n ULPDU bytes,
-// without markers.
-func FPDULen(n int) int { return LengthFieldLen + n + PadLen(n) + CRCLen }
+// without markers: LengthFieldLen + n + PadLen(n) + CRCLen, computed as
+// the length field and the ULPDU rounded up to a multiple of 4, plus the
+// CRC field (an add and a mask: it is taken per small FPDU).
+func FPDULen(n int) int { return (n+LengthFieldLen+3)&^3 + CRCLen }
 
 // UpdateCRC extends a CRC32c computed over earlier bytes with p. Start with
 // 0; UpdateCRC(UpdateCRC(0, a), b) equals the CRC of a followed by b.

@@ -250,9 +250,9 @@ func rebuild(t *testing.T, wire, hdr, payload []byte) {
 }
 
 func TestPadLen(t *testing.T) {
-	for n := range 70 {
+	for n := range mpa.MaxULPDU + 8 {
 		p := mpa.PadLen(n)
-		if p < 0 || p > 3 || (n+2+p)%4 != 0 {
+		if p != (4-(n+2)%4)%4 || (n+2+p)%4 != 0 {
 			t.Errorf("PadLen(%d) = %d", n, p)
 		}
 		if got := mpa.FPDULen(n); got != 2+n+p+4 || got%4 != 0 {

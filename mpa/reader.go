@@ -115,6 +115,11 @@ type Reader struct {
 	vec VectorReader // src, when it reads vectors; nil otherwise
 	cfg ReaderConfig
 	pre []byte // what is left of cfg.Leftover
+	// wholeMax is the longest ULPDU Whole takes on its short path:
+	// within MaxULPDU and under DirectMin+bigSlack (a longer one may
+	// limit the next reads), without CRC and markers; -1 with either
+	// (every FPDU goes to whole).
+	wholeMax int
 
 	buf  []byte // stream bytes in buf[r:w]: *lent, small, or the caller's
 	r, w int
@@ -130,9 +135,9 @@ type Reader struct {
 	in      bool
 	ulen    int    // ULPDU_Length
 	done    int    // ULPDU bytes consumed
-	start   uint64 // stream offset of its first byte
-	end     uint64 // stream offset just after its CRC field
-	markers int    // markers within it
+	wlen    int    // its length on the wire, markers included (WireLen)
+	end     uint64 // stream offset just after its CRC field (unset by Whole)
+	markers int    // markers within it (always 0 without ReaderConfig.Markers)
 	fstart  int    // buf index of its first byte; -1 once it left the buffer
 	crc     uint32 // CRC so far, over buf[fstart:crcAt] (folded lazily)
 	crcAt   int    // buf index up to which consumed bytes are in crc
@@ -158,7 +163,10 @@ func NewReader(src io.Reader, buf []byte, cfg ReaderConfig) *Reader {
 	if cfg.MaxULPDU <= 0 || cfg.MaxULPDU > MaxULPDU {
 		cfg.MaxULPDU = MaxULPDU
 	}
-	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset}
+	rd := &Reader{src: src, cfg: cfg, pre: cfg.Leftover, pos: cfg.StreamOffset, wholeMax: -1}
+	if !cfg.CRC && !cfg.Markers {
+		rd.wholeMax = min(cfg.MaxULPDU, DirectMin+bigSlack-1)
+	}
 	switch {
 	case len(buf) >= ReaderBufSize:
 		rd.cfg.Buffers = nil
@@ -248,7 +256,7 @@ func (rd *Reader) InFPDU() bool { return rd.in }
 
 // WireLen returns the length on the wire of the current (or last) FPDU,
 // markers included, and how many markers it holds.
-func (rd *Reader) WireLen() (n, markers int) { return int(rd.end - rd.start), rd.markers }
+func (rd *Reader) WireLen() (n, markers int) { return rd.wlen, rd.markers }
 
 // fill makes at least n stream bytes available in buf[r:]. It reports
 // io.EOF only when the stream ended with nothing buffered.
@@ -385,8 +393,9 @@ func (rd *Reader) Next() (int, error) {
 		if n > rd.cfg.MaxULPDU {
 			return 0, ErrULPDUTooLong
 		}
+		wire := FPDULen(n)
 		rd.in, rd.ulen, rd.done, rd.hn = true, n, 0, 0
-		rd.start, rd.end, rd.markers, rd.fstart = rd.pos, rd.pos+uint64(FPDULen(n)), 0, rd.r
+		rd.wlen, rd.end, rd.markers, rd.fstart = wire, rd.pos+uint64(wire), 0, rd.r
 		rd.crc, rd.crcAt, rd.checked, rd.crcOK, rd.wireCRC = 0, rd.r, false, false, 0
 		rd.r += LengthFieldLen
 		rd.pos += LengthFieldLen
@@ -411,7 +420,7 @@ func (rd *Reader) Next() (int, error) {
 		wire, markers = markedLen(rd.pos, wire)
 	}
 	rd.in, rd.ulen, rd.done, rd.hn = true, n, 0, 0
-	rd.start, rd.end, rd.markers, rd.fstart = rd.pos, rd.pos+uint64(wire), markers, rd.r
+	rd.wlen, rd.end, rd.markers, rd.fstart = wire, rd.pos+uint64(wire), markers, rd.r
 	rd.crc, rd.crcAt, rd.checked, rd.crcOK, rd.wireCRC = 0, rd.r, false, false, 0
 	for got := 0; got < LengthFieldLen; {
 		got += len(rd.take(LengthFieldLen - got))
@@ -436,23 +445,46 @@ func (rd *Reader) Next() (int, error) {
 // Buffered mode Whole is what Buffered asks for: the CRC is checked
 // before the caller places a byte.
 func (rd *Reader) Whole() (ulpdu []byte, ok bool, err error) {
-	if rd.in || rd.cfg.Markers || rd.w-rd.r < LengthFieldLen {
-		return nil, false, nil
+	if r, w := rd.r, rd.w; !rd.in && w-r >= LengthFieldLen {
+		b := rd.buf[r:w:w]
+		n := int(b[0])<<8 | int(b[1])
+		wire := FPDULen(n)
+		if n <= rd.wholeMax && wire <= len(b) {
+			// The short path: a small FPDU all buffered, without CRC
+			// and markers, not one that limits the next reads (so
+			// Trailer would leave big false).
+			rd.wlen, rd.wireCRC, rd.big = wire, WireCRC(b[wire-CRCLen:wire]), false
+			rd.r = r + wire
+			rd.pos += uint64(wire)
+			return b[LengthFieldLen : LengthFieldLen+n], true, nil
+		}
+		return rd.whole(b, n, wire)
 	}
-	b := rd.buf[rd.r:rd.w]
-	n := int(b[0])<<8 | int(b[1])
-	wire := FPDULen(n)
-	if n > rd.cfg.MaxULPDU || len(b) < wire {
+	return nil, false, nil
+}
+
+// whole is Whole for an FPDU its short path leaves (with CRC or
+// markers, large, over the limit or not all buffered), with no FPDU
+// started: b is the buffered bytes, n the ULPDU_Length they begin with
+// (unless there are markers) and wire FPDULen(n).
+func (rd *Reader) whole(b []byte, n, wire int) (ulpdu []byte, ok bool, err error) {
+	if rd.cfg.Markers || n > rd.cfg.MaxULPDU || len(b) < wire {
 		return nil, false, nil
 	}
 	f := b[:wire:wire]
-	// What WireLen and CRC report, and what Trailer would leave: the
-	// rest of the FPDU state is set by the next Next.
-	rd.start, rd.end, rd.markers = rd.pos, rd.pos+uint64(wire), 0
+	// What WireLen and CRC report (markers is 0 without markers), and
+	// what Trailer would leave: the rest of the FPDU state (end among
+	// it) is set by the next Next.
+	rd.wlen = wire
 	rd.wireCRC = WireCRC(f[wire-CRCLen:])
 	// As Trailer: a large payload would have gone straight into memory,
-	// so the next reads are limited to let the next one do so.
-	rd.big = n >= DirectMin+bigSlack && rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Buffered
+	// so the next reads are limited to let the next one do so. Only a
+	// large one needs the rest of the test.
+	if n >= DirectMin+bigSlack {
+		rd.big = rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Buffered
+	} else {
+		rd.big = false
+	}
 	rd.r += wire
 	rd.pos += uint64(wire)
 	ulpdu = f[LengthFieldLen : LengthFieldLen+n]

@@ -383,3 +383,86 @@ func TestReaderFillRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderWholeEdges: a Reader that takes what it can with Whole
+// (after Fill) and the rest with Next, Place and Trailer reads a stream
+// of FPDUs around Whole's limits (the length from which a payload would
+// go straight into memory, DirectMin+bigSlack, which limits the next
+// reads; MaxULPDU) with exactly the reads, ULPDUs, WireLen and CRC of a
+// Reader that never calls Whole: with and without CRC, Buffered, a
+// VectorReader and a lower MaxULPDU.
+func TestReaderWholeEdges(t *testing.T) {
+	const edge = mpa.DirectMin + 64 // DirectMin+bigSlack
+	for _, crc := range []bool{false, true} {
+		for _, buffered := range []bool{false, true} {
+			for _, maxU := range []int{0, edge, edge - 1, edge - 2} {
+				var chunks [][]byte
+				var sizes []int
+				for _, c := range [][]int{{10, edge - 1}, {edge}, {3, edge + 1, 0}, {edge - 2, 1}, {edge, edge, 5}} {
+					var b []byte
+					for _, n := range c {
+						b = mpa.AppendFPDU(b, bytes.Repeat([]byte{byte(n)}, n), nil, crc)
+						sizes = append(sizes, n)
+					}
+					chunks = append(chunks, b)
+				}
+				type got struct {
+					u       []byte
+					wl, crc uint32
+					err     error
+				}
+				run := func(whole bool) ([]got, []string) {
+					src := &logVecReader{queueVecReader: queueVecReader{queueReader: queueReader{chunks: slices.Clone(chunks)}}}
+					rd := mpa.NewReader(src, nil, mpa.ReaderConfig{CRC: crc, Buffered: buffered, MaxULPDU: maxU})
+					var out []got
+					for range sizes {
+						if whole {
+							if err := rd.Fill(); err != nil {
+								out = append(out, got{err: err})
+								break
+							}
+							if u, ok, err := rd.Whole(); ok {
+								wl, _ := rd.WireLen()
+								out = append(out, got{bytes.Clone(u), uint32(wl), rd.CRC(), err})
+								continue
+							}
+						}
+						n, err := rd.Next()
+						if err != nil {
+							out = append(out, got{err: err})
+							break
+						}
+						d := make([]byte, n)
+						if err := rd.Place(d, nopPlacer{}); err != nil {
+							out = append(out, got{err: err})
+							break
+						}
+						err = rd.Trailer()
+						wl, _ := rd.WireLen()
+						out = append(out, got{d, uint32(wl), rd.CRC(), err})
+					}
+					return out, src.log
+				}
+				want, wantLog := run(false)
+				have, haveLog := run(true)
+				name := fmt.Sprintf("crc=%v buffered=%v max=%d", crc, buffered, maxU)
+				if !slices.Equal(haveLog, wantLog) {
+					t.Errorf("%s: reads with Whole %v, without %v", name, haveLog, wantLog)
+				}
+				if len(have) != len(want) {
+					t.Fatalf("%s: %d results with Whole, %d without", name, len(have), len(want))
+				}
+				for i := range want {
+					h, w := have[i], want[i]
+					if !bytes.Equal(h.u, w.u) || h.wl != w.wl || h.crc != w.crc || h.err != w.err {
+						t.Errorf("%s: FPDU %d with Whole: %d bytes, WireLen %d, CRC %#x, %v; without: %d bytes, WireLen %d, CRC %#x, %v",
+							name, i, len(h.u), h.wl, h.crc, h.err, len(w.u), w.wl, w.crc, w.err)
+					}
+				}
+				if maxU == 0 && len(want) != len(sizes) {
+					t.Errorf("%s: %d FPDUs read, want %d (last: %v)", name, len(want), len(sizes), want[len(want)-1].err)
+				}
+			}
+		}
+	}
+}

@@ -575,7 +575,7 @@ func (r *Run) Next(ulen int) []byte {
 	if ulen > r.max || n > len(r.free) {
 		return nil
 	}
-	b := r.free[:n]
+	b := r.free[:n:n] // capped at n: b[n-8:] needs no check of the capacity left
 	r.free = r.free[n:]
 	r.fpdus++
 	// Pad and the CRC field, 4 to 7 bytes, in one word of 8 (an FPDU
