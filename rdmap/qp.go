@@ -1349,7 +1349,7 @@ func validPrefix[T any](wrs []T, check func(*T) error) (int, error) {
 // checkRecv accepts (one SGE's length is at most MaxRecvLen): PostRecvs's
 // check in line. false means checkRecv decides.
 func (qp *QP) recvFast(wr *RecvWR) bool {
-	return len(wr.SGL) == 1 && wr.SGL[0].MR != nil && qp.cfg.MaxRecvSGE >= 1
+	return commonRecv(wr) && qp.cfg.MaxRecvSGE >= 1
 }
 
 // checkRecv validates a receive work request of a QP without an SRQ.

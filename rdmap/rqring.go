@@ -121,17 +121,12 @@ func (r *rqRing) postOnes(wrs []RecvWR) int {
 		// in a ring of fewer slots), while the receives are common.
 		for j := s % ringChunk; j < end && n < len(wrs); j++ {
 			wr := &wrs[n]
-			if len(wr.SGL) != 1 {
-				r.tail += uint64(n)
-				return n
-			}
-			sge := &wr.SGL[0]
-			if sge.MR == nil {
+			if !commonRecv(wr) {
 				r.tail += uint64(n)
 				return n
 			}
 			e := &c[j%ringChunk]
-			e.id, e.sge, e.nsge = wr.ID, *sge, 1
+			e.id, e.sge, e.nsge = wr.ID, wr.SGL[0], 1
 			n++
 		}
 	}
