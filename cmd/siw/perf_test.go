@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,15 @@ func perfResponder(t *testing.T) (addr, tcpAddr string) {
 	return srv.Addr().String(), ln.Addr().String()
 }
 
+// stallAfter is how long a perf command of these tests runs before
+// runPerfCmd takes a picture of every goroutine: far longer than any of
+// them takes (a stalled connection ends only after perf's wrap-up bound,
+// 10 s past the test's duration).
+const stallAfter = 8 * time.Second
+
+// runPerfCmd runs a perf command in process. When it runs longer than
+// stallAfter, the stacks of every goroutine (the in-process responder's
+// too) are logged if the test then fails: what a stall was waiting for.
 func runPerfCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
@@ -62,6 +72,21 @@ func runPerfCmd(t *testing.T, args ...string) (string, error) {
 	cmd.SetArgs(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	var stacks []byte
+	taken := make(chan struct{})
+	watch := time.AfterFunc(stallAfter, func() {
+		buf := make([]byte, 1<<22)
+		stacks = buf[:runtime.Stack(buf, true)]
+		close(taken)
+	})
+	t.Cleanup(func() {
+		if !watch.Stop() {
+			<-taken // it fired: the picture is being taken
+		}
+		if t.Failed() && stacks != nil {
+			t.Logf("perf %s still ran after %v; its goroutines then:\n%s", strings.Join(args, " "), stallAfter, stacks)
+		}
+	})
 	err := cmd.ExecuteContext(ctx)
 	return out.String(), err
 }

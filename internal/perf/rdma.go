@@ -484,7 +484,10 @@ func (s *rdmaStream) failed(err error) error {
 	select {
 	case <-s.qp.Done():
 	case <-t.C:
-		return fmt.Errorf("perf: %w", err)
+		// The connection is up: what it moved says which side stopped.
+		st := s.qp.Stats()
+		return fmt.Errorf("perf: %w (the connection is up; it sent %d FPDUs, %d bytes in %d writes, and received %d FPDUs, %d bytes)",
+			err, st.TxFPDUs, st.TxBytes, st.TxWritevs, st.RxFPDUs, st.RxBytes)
 	}
 	if qerr := s.qp.Err(); qerr != nil {
 		return fmt.Errorf("perf: %v: %w", err, qerr)
