@@ -11,34 +11,52 @@ import (
 )
 
 // The workloads do what a demanding RDMA user does for message rate (as
-// perftest's ib_write_bw and ib_send_bw do): Writes and Sends keep up to
-// sqDepth work requests on the SQ, posted in lists (PostSends) of
-// signalEvery of which only the last is signaled; a signaled completion
-// retires its work request and every one before it (completions come in
-// SQ order), and the poster counts a slot as busy until then, as verbs
-// require. The server keeps recvPosted receives posted and reposts the
-// ones it reaped as one list (PostRecvs); a Send never goes out without a
-// receive for it. Every message is still a whole RDMA operation, every
-// byte placed, every receive completion reaped and checked. Reads keep up
-// to readDepth outstanding, the ORD the connection settles (rdmaptest's
-// default IRD/ORD of 16), each signaled. depth is the mirrored baseline's
-// window (raw.go).
+// perftest's ib_write_bw and ib_send_bw do): Writes keep up to sqDepth
+// work requests on the SQ and Sends up to recvPosted, posted in lists
+// (PostSends) of signalEvery of which only the last is signaled; a
+// signaled completion retires its work request and every one before it
+// (completions come in SQ order), and the poster counts a slot as busy
+// until then, as verbs require. The server keeps recvPosted receives
+// posted and reposts the ones it reaped as one list (PostRecvs); a Send
+// never goes out without a receive for it. Every message is still a
+// whole RDMA operation, every byte placed, every receive completion
+// reaped and checked. Reads keep up to readDepth outstanding, the ORD
+// the connection settles (rdmaptest's default IRD/ORD of 16), each
+// signaled. depth is the mirrored baseline's window (raw.go).
 //
-// sqDepth and recvPosted are the batched baseline's buffer in messages:
-// its 64 KiB bufio.Writer holds 1024 messages of 64 bytes before the
-// writer must wait for the socket, and 1024 work requests on the SQ (and
-// as many receives posted) let the QP hold as many. With 256 the send
-// engine wrote at most ~255 FPDUs (22 KB) per writev and the system calls
-// per message were what bounded the 64-byte rates.
+// sqDepth is the batched baseline's buffer in messages: its 64 KiB
+// bufio.Writer holds 1024 messages of 64 bytes before the writer must
+// wait for the socket, and 1024 work requests on the SQ let the QP hold
+// as many. With 256 the send engine wrote at most ~255 FPDUs (22 KB) per
+// writev and the system calls per message were what bounded the 64-byte
+// rates.
+//
+// recvPosted is deeper because a Send's window is a loop that a Write's
+// is not: a Write's slot comes back once the Write is written, a Send's
+// credit only once the server has received it, reaped its completion
+// and posted the receive again. With 1024 the loop held one batch: an
+// execution trace of send/64 (-trace) had one goroutine running 80% of
+// the time, the poster, the send engine, the receive engine and the
+// poster again, each woken by the one before and run after it on the
+// same CPU. 8192 (512 KiB of 64-byte messages, less than the bare
+// stream's socket buffers let it have in flight: tcp_wmem and tcp_rmem
+// grow to 4 and 32 MiB on loopback) keeps several batches in flight:
+// send/64 in three interleaved rounds went from 13.5-14.0 to 18.6-19.3
+// Mmsg/s (CRC on: 10.7-10.9 to 14.1-14.8; a window of 4096 gave 16.8,
+// 16384 18.6). Writes gain nothing from a deeper window (a window and
+// SQ of 4096 took write/64 from 25.8 to 21 Mmsg/s), so theirs stays the
+// baseline's, and each case's QPs have an SQ as deep as its window
+// (gosiwCase.sqDepth).
 const (
 	sqDepth     = 1024
 	signalEvery = 32
 	readDepth   = 16
 	depth       = 32
 	// recvPosted is how many receives the server side keeps posted for
-	// Sends (perftest's ib_send_bw rx depth); the client keeps
-	// clientRecvs for the ping-pong's echoes.
-	recvPosted  = 1024
+	// Sends (perftest's ib_send_bw rx depth) and how many Sends the
+	// client keeps outstanding at most; the client keeps clientRecvs for
+	// the ping-pong's echoes.
+	recvPosted  = 8192
 	clientRecvs = 8
 	// pollBatch is how many completions one Poll takes at most.
 	pollBatch = 64
@@ -59,7 +77,7 @@ type qpSide struct {
 	recvs    []rdmap.RecvWR // pollBatch copies of recv, a list to repost
 }
 
-func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
+func newQPSide(maxULPDU, sq int, pollRx bool) (*qpSide, error) {
 	dev, err := rdmap.NewDevice(&rdmap.Config{})
 	if err != nil {
 		return nil, err
@@ -71,7 +89,7 @@ func newQPSide(maxULPDU int, pollRx bool) (*qpSide, error) {
 	}
 	if s.qp, err = s.pd.CreateQP(&rdmap.QPConfig{
 		SendCQ: s.cq, RecvCQ: s.cq,
-		MaxSendWR: sqDepth, MaxRecvWR: recvPosted,
+		MaxSendWR: sq, MaxRecvWR: recvPosted,
 		MaxULPDU: maxULPDU, PollRx: pollRx,
 	}); err != nil {
 		return s, err
@@ -118,7 +136,7 @@ type gosiwFixture struct {
 	a, b *qpSide
 }
 
-func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU int, pollRx bool) (_ *gosiwFixture, err error) {
+func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU, sq int, pollRx bool) (_ *gosiwFixture, err error) {
 	f := &gosiwFixture{}
 	defer func() {
 		if err != nil {
@@ -127,10 +145,10 @@ func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU int, pollRx bool) (_ *g
 			f.close()
 		}
 	}()
-	if f.a, err = newQPSide(maxULPDU, pollRx); err != nil {
+	if f.a, err = newQPSide(maxULPDU, sq, pollRx); err != nil {
 		return nil, err
 	}
-	if f.b, err = newQPSide(maxULPDU, pollRx); err != nil {
+	if f.b, err = newQPSide(maxULPDU, sq, pollRx); err != nil {
 		return nil, err
 	}
 	for n := 0; n < recvPosted; n += pollBatch {
@@ -374,8 +392,8 @@ func (f *gosiwFixture) fence(ctx context.Context) error {
 }
 
 // gosiwSend streams Sends of size bytes into receives the server keeps
-// posted: lists of signalEvery Sends, at most sqDepth outstanding (see
-// sqDepth) and never more than recvPosted ahead of the receives the
+// posted: lists of signalEvery Sends, at most recvPosted outstanding
+// (see recvPosted) and never more than recvPosted ahead of the receives the
 // server has reaped (iWARP has no receiver-not-ready retry: a Send
 // without a posted receive ends the connection). The server reposts the
 // receives it reaped as one list. A run ends when every Send has been
@@ -385,7 +403,7 @@ func gosiwSend(b bench, n int, f *gosiwFixture, size int) error {
 	ctx, cancel := runCtx()
 	defer cancel()
 	a, p := f.a, f.b
-	l := newPostList(a.qp, rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{a.src.SGE(0, size)}}, sqDepth, signalEvery)
+	l := newPostList(a.qp, rdmap.SendWR{Op: rdmap.WRSend, SGL: []rdmap.SGE{a.src.SGE(0, size)}}, recvPosted, signalEvery)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -10,9 +10,10 @@
 // application opts into; pingpong-rxg, a diagnostic without a target, is
 // the same ping-pong with the receive goroutines). The Write and Send
 // workloads post as a message-rate RDMA user does (perftest's
-// ib_write_bw, ib_send_bw): up to 1024 work requests on the SQ in lists
-// of 32 with only the last signaled, 1024 receives posted and reposted in
-// lists (see sqDepth in gosiw.go); every message is still a whole RDMA
+// ib_write_bw, ib_send_bw): up to 1024 Writes or 8192 Sends on the SQ
+// in lists of 32 with only the last signaled, 8192 receives posted and
+// reposted in lists (see sqDepth and recvPosted in gosiw.go); every
+// message is still a whole RDMA
 // operation, every receive completion reaped. Every target is judged against a
 // bare TCP baseline (bare.go) in the same run: bulk (one goroutine
 // writing size-byte buffers, one reading, as iperf3 does) for Write,
@@ -201,6 +202,16 @@ type gosiwCase struct {
 
 func (c *gosiwCase) name() string {
 	return fmt.Sprintf("%s/%d/crc=%s/%s", c.Op, c.Size, onOff(c.CRC), c.Link)
+}
+
+// sqDepth is the SQ depth of the case's QPs: its window (recvPosted for
+// Sends, see gosiw.go), not deeper: a ring deeper than the window it
+// cycles through only spreads the work requests over more cache.
+func (c *gosiwCase) sqDepth() int {
+	if c.Op == "send" {
+		return recvPosted
+	}
+	return sqDepth
 }
 
 func (c *gosiwCase) qps() int {
@@ -659,20 +670,20 @@ func (r *runner) rawFixtures(link string, n int) ([]*rawFixture, error) {
 
 // gosiwFixtures returns n gosiw fixtures over link, their QPs in the
 // PollRx mode if pollRx.
-func (r *runner) gosiwFixtures(link string, crc bool, n int, pollRx bool) ([]*gosiwFixture, error) {
+func (r *runner) gosiwFixtures(link string, crc bool, n int, pollRx bool, sq int) ([]*gosiwFixture, error) {
 	ekey := link + "/" + onOff(crc)
 	if err := r.gosiwErr[ekey]; err != nil {
 		return nil, err
 	}
 	fs := make([]*gosiwFixture, n)
 	for i := range fs {
-		key := fmt.Sprintf("%s#%d/pollrx=%v", ekey, i, pollRx)
+		key := fmt.Sprintf("%s#%d/pollrx=%v/sq=%d", ekey, i, pollRx, sq)
 		if fs[i] = r.gosiwFix[key]; fs[i] != nil {
 			continue
 		}
 		c, s, err := r.connPair(link)
 		if err == nil {
-			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, pollRx)
+			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, sq, pollRx)
 		}
 		if err != nil {
 			r.gosiwErr[ekey] = err
@@ -826,7 +837,7 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 		if c.err != nil {
 			return
 		}
-		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps(), c.Op == "pingpong")
+		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps(), c.Op == "pingpong", c.sqDepth())
 		if err != nil {
 			c.err = err
 			return

@@ -55,27 +55,29 @@ func TestWorkloads(t *testing.T) {
 	}
 	for _, k := range []struct{ crc, pollRx bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 		crc := k.crc
-		fs, err := r.gosiwFixtures("lo", crc, multiQPs, k.pollRx)
+		fs, err := r.gosiwFixtures("lo", crc, multiQPs, k.pollRx, recvPosted)
 		if err != nil {
 			t.Fatal(err)
 		}
 		f := fs[0]
 		for _, size := range sizes {
 			for _, run := range []struct {
-				name string
-				fn   func(n int) error
+				name  string
+				fn    func(n int) error
+				depth int // the receives' or the SQ's depth the run has to go past
 			}{
-				{"write", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRWrite, size, sqDepth) }},
-				{"read", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRRead, size, readDepth) }},
-				{"send", func(n int) error { return gosiwSend(nopBench{}, n, f, size) }},
-				{"pingpong", func(n int) error { return gosiwPingPong(nopBench{}, n, f, size) }},
-				{"write-4qp", func(n int) error { return gosiwStreams(nopBench{}, n, fs, rdmap.WRWrite, size, sqDepth) }},
+				{"write", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRWrite, size, sqDepth) }, sqDepth},
+				{"read", func(n int) error { return gosiwStream(nopBench{}, n, f, rdmap.WRRead, size, readDepth) }, sqDepth},
+				{"send", func(n int) error { return gosiwSend(nopBench{}, n, f, size) }, recvPosted},
+				{"pingpong", func(n int) error { return gosiwPingPong(nopBench{}, n, f, size) }, sqDepth},
+				{"write-4qp", func(n int) error { return gosiwStreams(nopBench{}, n, fs, rdmap.WRWrite, size, sqDepth) }, sqDepth},
 			} {
 				// Runs of one request, of a list and a part, and (small
-				// sizes) past the SQ's and the receives' depth.
+				// sizes) past the SQ's or the receives' depth, the send's
+				// twice round the receive ring.
 				ns := []int{1, signalEvery + 3, 3*signalEvery + 1}
 				if size <= 4096 {
-					ns = append(ns, 3*recvPosted+5)
+					ns = append(ns, 2*run.depth+5)
 				}
 				for _, n := range ns {
 					if err := run.fn(n); err != nil {
