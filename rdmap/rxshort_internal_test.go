@@ -291,7 +291,9 @@ type shortMode struct {
 
 // TestRxShortReads: a long stream of valid FPDUs (RDMA Writes of 0 B ..
 // 64 KiB cut at several ULPDU sizes, Sends of one or more segments into
-// posted receives), with CRC on and off, read through a connection
+// posted receives), with CRC on and off, the start of it (for every
+// other seed) handed over as the bytes read with the MPA handshake
+// (mpa.Params.Leftover), the rest read through a connection
 // whose every read is a random short one (single bytes, cuts in the
 // length field, the headers and the CRC field, a few KiB, large reads
 // that leave FPDUs whole in the buffer), is received as the receive
@@ -359,6 +361,12 @@ func rxShortRun(t *testing.T, seed int64, size int, crc bool, m shortMode) {
 		nc = shortFDConn{conn}
 	}
 	qp.p = mpa.Params{CRC: crc}
+	if seed%2 == 0 {
+		// Part of the stream came with the MPA handshake (Leftover):
+		// up to the first few FPDUs, cut anywhere.
+		k := rng.Intn(min(len(s.data), 70000))
+		qp.p.Leftover, conn.off = s.data[:k], k
+	}
 	rx.noWhole = m.noWhole
 	rx.init(qp, nc)
 	released := false
