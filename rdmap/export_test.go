@@ -60,3 +60,16 @@ func SetRxNoWhole(qp *QP) { qp.rx.noWhole = true }
 
 // TruncatableMapping is truncatableMapping (fault_internal_test.go).
 var TruncatableMapping = truncatableMapping
+
+// Where SetTxParkHook's hook is called (see txEngine.parkHook).
+const (
+	ParkStored = parkStored
+	ParkLooked = parkLooked
+	ParkDirect = parkDirect
+)
+
+// SetTxParkHook has the send engine of qp (not started yet) call f
+// where parking races with posters: after the send goroutine marked the
+// engine parked (ParkStored) and after it then looked for a doorbell
+// (ParkLooked), and before a direct send parks the engine (ParkDirect).
+func SetTxParkHook(qp *QP, f func(at int)) { qp.tx.parkHook = f }

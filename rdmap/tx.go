@@ -204,6 +204,9 @@ type txEngine struct {
 	conn    net.Conn
 	gated   bool
 	restart func() // txLoop on conn, made once
+	// parkHook, when set (tests, before Start), is called where parking
+	// races with posters (parkStored, parkLooked, parkDirect).
+	parkHook func(at int)
 
 	// The direct send (txdirect.go): raw is the connection's RawConn
 	// (nil without one); writeFn (t.directWrite), bound once, with its
@@ -356,7 +359,11 @@ func (t *txEngine) addRelease(mr *MR) {
 // The doorbell is pushed before ring looks at the mark, and txPark looks
 // for a doorbell after setting it, so no wakeup is lost: either ring
 // sees the mark and starts the goroutine, or the parking goroutine sees
-// the doorbell and carries on. While closing, the goroutine waits with
+// the doorbell and carries on. Once the mark is set, another may take
+// the engine before the parking goroutine looks (the goroutine ring
+// starts, or a direct send: txdirect.go); a doorbell the parking
+// goroutine then takes may be the new holder's, so it rings again
+// rather than swallow it. While closing, the goroutine waits with
 // its timer instead; it ends for good (closing txDone) only with the
 // send direction, and is never restarted after that.
 const (
@@ -407,15 +414,39 @@ func (qp *QP) txPark() bool {
 	default:
 	}
 	t.state.Store(txParked)
+	if t.parkHook != nil {
+		t.parkHook(parkStored)
+	}
+	exit := true
 	select {
 	case <-qp.bell:
-		// Rung before or while parking: carry on, unless ring has
-		// already started the next goroutine (which makes a full pass).
-		return !t.state.CompareAndSwap(txParked, txRunning)
+		// Rung before or while parking: carry on, unless another has
+		// taken the engine since it was marked parked: the goroutine
+		// ring started (which makes a full pass), or a direct send
+		// (txDirect), whose txDirectEnd looks for the doorbell rung
+		// meanwhile. That doorbell may be the one just taken: ring
+		// again, for whoever holds the engine now.
+		if t.state.CompareAndSwap(txParked, txRunning) {
+			exit = false
+		} else {
+			qp.ring()
+		}
 	default:
-		return true
 	}
+	if t.parkHook != nil {
+		t.parkHook(parkLooked)
+	}
+	return exit
 }
+
+// Where parkHook is called: in txPark after it marked the engine parked
+// and after it looked for a doorbell then, and in txDirectEnd before it
+// parks the engine.
+const (
+	parkStored = iota
+	parkLooked
+	parkDirect
+)
 
 // txRun is the send loop. It reports true when the send direction has
 // ended, false when the goroutine parked.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,5 +149,66 @@ func TestDirectSendRest(t *testing.T) {
 			}
 			t.Logf("%d writes, the last one's rest written by the send goroutine; stats %+v", writes, v.qp.Stats())
 		})
+	}
+}
+
+// TestDirectSendParkRace: a send goroutine that has marked the engine
+// parked but not yet looked for a doorbell, when a direct send takes the
+// engine meanwhile and a request posted during that direct send rings,
+// must not swallow the doorbell: the direct send parks the engine
+// looking for it, and the request would stay in the SQ, never written.
+// The hook (SetTxParkHook) orders the three: the goroutine waits after
+// marking the engine parked; the direct send, about to park it, posts
+// the second request (which finds the engine held and rings) and then
+// waits until the goroutine has looked.
+func TestDirectSendParkRace(t *testing.T) {
+	v := newSide(t, newDevice(t), rdmap.QPConfig{})
+	var stage atomic.Int32
+	parked, resume, looked := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var src *rdmap.MR
+	var postErr error
+	rdmap.SetTxParkHook(v.qp, func(at int) {
+		switch {
+		case at == rdmap.ParkStored && stage.CompareAndSwap(1, 2):
+			close(parked)
+			<-resume
+		case at == rdmap.ParkDirect && stage.CompareAndSwap(2, 3):
+			postErr = v.qp.PostSend(rdmap.SendWR{ID: 4, Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(3, 1)}, Signaled: true})
+			close(resume)
+			<-looked
+		case at == rdmap.ParkLooked && stage.CompareAndSwap(3, 4):
+			close(looked)
+		}
+	})
+	p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{}, false)
+	p.Write(0x100, 0, nil, true)
+	waitFor(t, "the first FPDU received", func() bool { return v.qp.Stats().RxFPDUs >= 1 })
+	buf := []byte{1, 2, 3, 4}
+	src = v.reg(t, buf, rdmap.AccessLocalWrite)
+	rdmap.WaitTxParked(v.qp)
+	// A list of two goes to a send goroutine, which then parks (and
+	// waits in the hook).
+	stage.Store(1)
+	if _, err := v.qp.PostSends([]rdmap.SendWR{
+		{ID: 1, Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(0, 1)}},
+		{ID: 2, Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(1, 1)}, Signaled: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-parked
+	// The engine is marked parked: this one is a direct send.
+	before := v.qp.Stats().TxDirect
+	mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 3, Op: rdmap.WRSend, SGL: []rdmap.SGE{src.SGE(2, 1)}, Signaled: true}))
+	if postErr != nil {
+		t.Fatal(postErr)
+	}
+	if stage.Load() != 4 || v.qp.Stats().TxDirect != before+1 {
+		t.Fatalf("stage %d, %d direct sends: the race was not staged", stage.Load(), v.qp.Stats().TxDirect-before)
+	}
+	for i := range 4 {
+		expectFPDU(t, p, wire.OpSend, uint64(i+1), buf[i:i+1])
+	}
+	for _, id := range []uint64{2, 3, 4} {
+		expectWC(t, poll(t, v.cq), id, rdmap.WCSend, rdmap.WCSuccess)
 	}
 }
