@@ -183,6 +183,21 @@ func dialRDMA(ctx context.Context, addr string, o *Options, dev *rdmap.Device, i
 	s.credits = s.peer.Recvs - 1
 	k := signalEvery(&s.p)
 	s.wrs, s.sges = make([]rdmap.SendWR, k), make([]rdmap.SGE, k)
+	// What stays the same in every data work request is set once: fill
+	// sets the rest field by field (a composite literal per request is
+	// built on the stack and copied with wide loads that wait for its
+	// narrow stores, a fifth of the client's time at 64 bytes).
+	op := rdmap.WRSend
+	switch s.p.Op {
+	case OpWrite:
+		op = rdmap.WRWrite
+	case OpRead:
+		op = rdmap.WRRead
+	}
+	for j := range s.wrs {
+		s.sges[j] = s.dataMR.SGE(0, s.p.Size)
+		s.wrs[j] = rdmap.SendWR{Op: op, Remote: rdmap.Remote{STag: s.peer.STag}, SGL: s.sges[j : j+1]}
+	}
 	return s, nil
 }
 
@@ -209,23 +224,19 @@ func (s *rdmaStream) close() {
 }
 
 // fill makes s.wrs[j] data work request seq (unsignaled: the caller
-// signals the last of a list).
+// signals the last of a list). Its opcode, remote STag and SGE were set
+// when the stream was made; a Send's SGE moves to the slot of seq.
 func (s *rdmaStream) fill(j int, seq uint64) {
 	wr := &s.wrs[j]
-	*wr = rdmap.SendWR{ID: seq, Remote: rdmap.Remote{STag: s.peer.STag}, SGL: s.sges[j : j+1]}
-	switch s.p.Op {
-	case OpWrite:
-		wr.Op, s.sges[j] = rdmap.WRWrite, s.dataMR.SGE(0, s.p.Size)
-	case OpRead:
-		wr.Op, s.sges[j] = rdmap.WRRead, s.dataMR.SGE(0, s.p.Size)
-	case OpSend, OpPingPong:
+	wr.ID, wr.Signaled = seq, false
+	if s.p.Op == OpSend || s.p.Op == OpPingPong {
 		// Requests complete in order and at most depth are outstanding,
 		// so slot seq%depth is free again.
 		off := int(seq%uint64(s.p.Depth)) * s.p.Size
 		if s.p.Size >= seqLen {
 			binary.BigEndian.PutUint64(s.data[off:], seq)
 		}
-		wr.Op, s.sges[j] = rdmap.WRSend, s.dataMR.SGE(off, s.p.Size)
+		s.sges[j].Offset = uint64(off)
 	}
 }
 
