@@ -149,8 +149,8 @@ func newPerfOpCmd(op string) *cobra.Command {
 	fl.VarP(&f.time, "time", "t", "seconds to measure (or a duration: 500ms)")
 	fl.VarP(&f.interval, "interval", "i", "seconds between interval reports; 0 for none")
 	fl.IntVarP(&f.parallel, "parallel", "P", 1, "parallel streams (connections, QPs)")
-	fl.IntVarP(&f.depth, "depth", "d", 0, fmt.Sprintf("work requests each stream keeps outstanding, 1 to %d (read: at most %d and the granted ORD; default: enough for %s in flight, %d to %d)",
-		perf.MaxDepth, perf.MaxReadDepth, size.Format(perf.DefaultInFlight), perf.DefaultDepth, perf.MaxDepth))
+	fl.IntVarP(&f.depth, "depth", "d", 0, fmt.Sprintf("work requests each stream keeps outstanding, 1 to %d (read: at most %d and the granted ORD; default: enough for %s in flight, %d to %d, write at most %d)",
+		perf.MaxDepth, perf.MaxReadDepth, size.Format(perf.DefaultInFlight), perf.DefaultDepth, perf.MaxDepth, perf.MaxWriteDefault))
 	fl.BoolVar(&f.crc, "crc", false, "ask for MPA CRC32c")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of text")
 	fl.BoolVar(&f.tcp, "tcp", false, "then run the same test over raw TCP and print the gosiw/TCP ratio")

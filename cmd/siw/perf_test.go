@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"regexp"
 	"runtime"
@@ -270,7 +271,7 @@ func TestPerfFlags(t *testing.T) {
 		{[]string{"write", "127.0.0.1:70000"}, `port "70000": want a number from 1 to 65535`},
 		{[]string{"write", "127.0.0.1:http"}, `port "http": want a number from 1 to 65535`},
 		{[]string{"fly", "127.0.0.1:1"}, `unknown command "fly"`},
-		{[]string{"write", "-d", "1025", "127.0.0.1:1"}, "-d/--depth 1025: want 1 to"},
+		{[]string{"write", "-d", strconv.Itoa(perf.MaxDepth + 1), "127.0.0.1:1"}, "-d/--depth " + strconv.Itoa(perf.MaxDepth+1) + ": want 1 to"},
 		{[]string{"read", "-d", "200", "127.0.0.1:1"}, "read depth 200 over the ORD limit of 128"},
 		{[]string{"write", "-d", "0", "127.0.0.1:1"}, "-d/--depth 0: want 1 to"},
 		{[]string{"write", "-P", "0", "127.0.0.1:1"}, "-P/--parallel 0: want 1 to 128"},
@@ -434,7 +435,9 @@ func TestPerfServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := next(); !regexp.MustCompile(`^\[  1\] accepted 127\.0\.0\.1:\d+: send, 1000-byte messages, depth 1024, CRC off$`).MatchString(l) {
+	// The depth the client asked for by default (about 1 MiB of messages).
+	accepted := fmt.Sprintf(`^\[  1\] accepted 127\.0\.0\.1:\d+: send, 1000-byte messages, depth %d, CRC off$`, perf.DefaultDepthFor(perf.OpSend, 1000))
+	if l := next(); !regexp.MustCompile(accepted).MatchString(l) {
 		t.Errorf("accepted line %q", l)
 	}
 	// The responder's count of the messages it received.

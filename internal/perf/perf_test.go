@@ -522,13 +522,13 @@ func TestTerminate(t *testing.T) {
 
 // TestDefaultDepth checks the depth a stream takes when none is given:
 // about DefaultInFlight bytes of messages, within DefaultDepth and
-// MaxDepth, and one for a pingpong.
+// MaxDepth (a Write within MaxWriteDefault), and one for a pingpong.
 func TestDefaultDepth(t *testing.T) {
 	for _, c := range []struct {
 		op         Op
 		size, want int
 	}{
-		{OpSend, 64, MaxDepth}, {OpWrite, 1 << 10, MaxDepth}, {OpWrite, 8 << 10, 128}, {OpRead, 64, MaxReadDepth}, {OpRead, 16 << 10, 64},
+		{OpSend, 64, MaxDepth}, {OpSend, 1 << 10, 1024}, {OpWrite, 64, MaxWriteDefault}, {OpWrite, 1 << 10, MaxWriteDefault}, {OpWrite, 8 << 10, 128}, {OpRead, 64, MaxReadDepth}, {OpRead, 16 << 10, 64},
 		{OpWrite, 64 << 10, DefaultDepth}, {OpSend, 1 << 20, DefaultDepth}, {OpWrite, MaxSize, DefaultDepth},
 		{OpPingPong, 64, 1}, {OpPingPong, 1 << 20, 1},
 	} {
@@ -551,7 +551,8 @@ func TestSendReceiveWindow(t *testing.T) {
 	for _, c := range []struct {
 		size, depth, want int
 	}{
-		{64, 16, maxRecvs},        // 1 MiB of 256-byte slots is more than maxRecvs
+		{64, 16, 4096},            // 1 MiB of 256-byte slots
+		{64, MaxDepth, maxRecvs},  // twice the depth
 		{4 << 10, 16, 256},        // 1 MiB of messages
 		{64 << 10, 16, 32},        // twice the depth
 		{64 << 10, 128, 256},      // twice the depth

@@ -43,7 +43,7 @@ func TestParseRequestErrors(t *testing.T) {
 		"gosiw-perf/1 op=write size=0":            "size 0 out of range",
 		"gosiw-perf/1 op=write size=67108865":     "size 67108865 out of range",
 		"gosiw-perf/1 op=read size=8 depth=129":   "read depth 129 over the ORD limit of 128",
-		"gosiw-perf/1 op=send size=8 depth=1025":  "depth 1025 out of range",
+		"gosiw-perf/1 op=send size=8 depth=8193":  "depth 8193 out of range",
 		"gosiw-perf/1 op=pingpong size=8 depth=2": "pingpong takes depth 1",
 		"gosiw-perf/10 op=write size=8":           "not a gosiw-perf/1 message",
 		"gosiw-perf/1 op=write size=8 junk":       `bad field "junk"`,
