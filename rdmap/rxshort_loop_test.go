@@ -72,15 +72,7 @@ func chopPair(tb testing.TB, a, b *rdmap.QP, o *rdmaptest.Options, seed uint64) 
 		pb.Close()
 		wg.Wait()
 	})
-	if err := b.Start(cb, o.Params(false)); err != nil {
-		ca.Close()
-		cb.Close()
-		tb.Fatal(err)
-	}
-	if err := a.Start(ca, o.Params(true)); err != nil {
-		ca.Close()
-		tb.Fatal(err)
-	}
+	rdmaptest.Start(tb, a, b, ca, cb, o)
 }
 
 // TestWriteStreamsShortReads is the workload of siw perf write -l 16K -P 2

@@ -417,26 +417,32 @@ func (qp *QP) txPark() bool {
 	if t.parkHook != nil {
 		t.parkHook(parkStored)
 	}
-	exit := true
-	select {
-	case <-qp.bell:
-		// Rung before or while parking: carry on, unless another has
-		// taken the engine since it was marked parked: the goroutine
-		// ring started (which makes a full pass), or a direct send
-		// (txDirect), whose txDirectEnd looks for the doorbell rung
-		// meanwhile. That doorbell may be the one just taken: ring
-		// again, for whoever holds the engine now.
-		if t.state.CompareAndSwap(txParked, txRunning) {
-			exit = false
-		} else {
-			qp.ring()
-		}
-	default:
-	}
+	// Rung before or while parking: carry on, unless another has taken
+	// the engine since it was marked parked: the goroutine ring started
+	// (which makes a full pass), or a direct send (txDirect), whose
+	// txDirectEnd looks for the doorbell rung meanwhile.
+	exit := !qp.txTakeRung()
 	if t.parkHook != nil {
 		t.parkHook(parkLooked)
 	}
 	return exit
+}
+
+// txTakeRung is what a holder that has just marked the engine parked does
+// (txPark, txDirectEnd): it looks for a doorbell rung meanwhile and
+// reports whether it took the engine back to serve it. When another took
+// the engine since it was marked parked, the doorbell taken may be that
+// one's: it rings again rather than swallow it.
+func (qp *QP) txTakeRung() bool {
+	select {
+	case <-qp.bell:
+		if qp.tx.state.CompareAndSwap(txParked, txRunning) {
+			return true
+		}
+		qp.ring()
+	default:
+	}
+	return false
 }
 
 // Where parkHook is called: in txPark after it marked the engine parked

@@ -47,13 +47,14 @@ import (
 // first (blocking, as any batch) and goes on. Otherwise txDirectEnd parks
 // the engine again and then looks for a doorbell rung meanwhile (ring
 // starts no goroutine while the state is txDirect), exactly as txPark
-// does, so no wakeup is lost (a send goroutine still parking when the
-// direct send took the engine may take that doorbell: it rings again,
-// and so does txDirectEnd when another took the engine from it). FPDUs
-// leave in the order the one engine emits them, a batch is written
-// before the next one is built, and completions stay in SQ order. The send goroutine's final exit leaves
-// the state txRunning, so no direct send runs once the send direction
-// has ended (finish releases the engine's buffers after that).
+// does (txTakeRung), so no wakeup is lost: a send goroutine still
+// parking when the direct send took the engine may take that doorbell,
+// and then rings again, as txDirectEnd does when another took the engine
+// from it. FPDUs leave in the order the one engine emits them, a batch
+// is written before the next one is built, and completions stay in SQ
+// order. The send goroutine's final exit leaves the state txRunning, so
+// no direct send runs once the send direction has ended (finish releases
+// the engine's buffers after that).
 //
 // A fault in registered memory while the batch is built fails the QP as
 // in the send goroutine (txDirectRun holds guardTx's guard in line) and
@@ -256,16 +257,8 @@ func (qp *QP) txDirectEnd(more bool) {
 		t.parkHook(parkDirect)
 	}
 	t.state.Store(txParked)
-	select {
-	case <-qp.bell:
-		if t.state.CompareAndSwap(txParked, txRunning) {
-			go t.restart()
-		} else {
-			// Another took the engine since it was marked parked (as
-			// in txPark): the doorbell taken may be for it.
-			qp.ring()
-		}
-	default:
+	if qp.txTakeRung() {
+		go t.restart()
 	}
 }
 

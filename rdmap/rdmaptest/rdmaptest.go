@@ -111,6 +111,14 @@ func Connect(tb testing.TB, a, b *rdmap.QP, o *Options) {
 		a.Close()
 		b.Close()
 	})
+	Start(tb, a, b, ca, cb, o)
+}
+
+// Start starts QP b (the responder) on cb and then QP a (the MPA
+// initiator) on ca, with o's parameters (o must not be nil); it closes
+// the connections a QP did not take when a start fails.
+func Start(tb testing.TB, a, b *rdmap.QP, ca, cb net.Conn, o *Options) {
+	tb.Helper()
 	if err := b.Start(cb, o.Params(false)); err != nil {
 		ca.Close()
 		cb.Close()
