@@ -92,6 +92,7 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -934,6 +935,21 @@ func (c *gosiwCase) judge(ratio float64) (string, bool) {
 // pingPong reports whether the case measures a round trip.
 func (c *gosiwCase) pingPong() bool { return c.Op == "pingpong" || c.Op == "pingpong-rxg" }
 
+// fmtRatio formats a ratio with two decimals, or with as many more (up
+// to five) as it takes to tell it from target (when target > 0) when two
+// would show a missed target as met: 0.698 against 0.70 prints 0.698,
+// not 0.70.
+func fmtRatio(ratio, target float64) string {
+	s := fmt.Sprintf("%.2f", ratio)
+	for d := 3; target > 0 && ratio < target && d <= 5; d++ {
+		if v, err := strconv.ParseFloat(s, 64); err != nil || v < target {
+			break
+		}
+		s = fmt.Sprintf("%.*f", d, ratio)
+	}
+	return s
+}
+
 func (c *gosiwCase) targetText() string {
 	if c.pingPong() {
 		s := fmt.Sprintf("time<=%.2fx", 1/c.target)
@@ -986,7 +1002,7 @@ func (r *runner) print(w io.Writer) int {
 		ratio, ok := c.ratio()
 		rs, tgt, res := "-", "-", "-"
 		if ok {
-			rs = fmt.Sprintf("%.2f", ratio)
+			rs = fmtRatio(ratio, c.target)
 		}
 		if c.target > 0 {
 			tgt = c.targetText()
@@ -998,7 +1014,7 @@ func (r *runner) print(w io.Writer) int {
 				if pass {
 					passed++
 				} else {
-					missed = append(missed, fmt.Sprintf("%s %.2f < %.2f", c.name(), ratio, c.target))
+					missed = append(missed, fmt.Sprintf("%s %s < %.2f", c.name(), fmtRatio(ratio, c.target), c.target))
 				}
 			}
 		}
@@ -1080,7 +1096,11 @@ func (r *runner) print(w io.Writer) int {
 				base, kind = c.mirror, "mirrored"
 			}
 			if ratio, ok := c.ratioTo(base); ok {
-				fmt.Fprintf(w, "ratio op=%s size=%d crc=%s link=%s baseline=%s value=%.2f\n", c.Op, c.Size, onOff(c.CRC), c.Link, kind, ratio)
+				target := c.target
+				if mirrored {
+					target = 0
+				}
+				fmt.Fprintf(w, "ratio op=%s size=%d crc=%s link=%s baseline=%s value=%s\n", c.Op, c.Size, onOff(c.CRC), c.Link, kind, fmtRatio(ratio, target))
 			}
 		}
 	}

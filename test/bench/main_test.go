@@ -222,11 +222,33 @@ func TestSiwdIdleMemory(t *testing.T) {
 	t.Logf("%+v", res)
 }
 
-var ratioLine = regexp.MustCompile(`^ratio op=(write|read|send|write-4qp|pingpong) size=[0-9]+ crc=(on|off) link=(lo|veth) baseline=(bare|mirrored) value=[0-9]+\.[0-9]{2}$`)
+var ratioLine = regexp.MustCompile(`^ratio op=(write|read|send|write-4qp|pingpong) size=[0-9]+ crc=(on|off) link=(lo|veth) baseline=(bare|mirrored) value=[0-9]+\.[0-9]{2,5}$`)
 
 // TestOutput: the table, then one ratio line per measured case and
 // baseline and nothing after them; cases that did not run get no ratio
 // line; a missed target is "miss".
+// TestFmtRatio: two decimals, more only when two would show a miss as
+// met.
+func TestFmtRatio(t *testing.T) {
+	for _, c := range []struct {
+		ratio, target float64
+		want          string
+	}{
+		{0.698, 0.70, "0.698"},
+		{0.6999, 0.70, "0.6999"},
+		{0.69999999, 0.70, "0.70000"}, // five decimals at most
+		{0.7, 0.70, "0.70"},
+		{0.704, 0.70, "0.70"}, // a pass may round down to the target
+		{0.694, 0.70, "0.69"},
+		{0.698, 0, "0.70"}, // no target (a mirrored ratio)
+		{1.2345, 0.95, "1.23"},
+	} {
+		if got := fmtRatio(c.ratio, c.target); got != c.want {
+			t.Errorf("fmtRatio(%v, %v) = %q, want %q", c.ratio, c.target, got, c.want)
+		}
+	}
+}
+
 func TestOutput(t *testing.T) {
 	r := newRunner(&options{time: time.Second, count: 1, links: []string{"lo", "veth"}, run: regexp.MustCompile("")})
 	bulk := &rawCase{Kind: "bulk", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 500_000}}
@@ -244,6 +266,7 @@ func TestOutput(t *testing.T) {
 		mk("write", 1<<20, false, bulk, stream, 520_000, 0),
 		mk("write", 1<<20, true, bulk, stream, 800_000, 1),
 		mk("send", 64, false, batched, nil, 125, 0),
+		mk("write", 64, false, batched, nil, 143.3, 0), // 0.698: a miss that two decimals would show as 0.70
 		mk("pingpong", 64, false, echo, nil, 28_000, 0),
 		{Op: "write", Size: 1 << 20, Link: "veth", bare: &rawCase{Kind: "bulk", Size: 1 << 20, Link: "veth"}, err: errVethSkipped},
 	}
@@ -257,6 +280,7 @@ func TestOutput(t *testing.T) {
 		regexp.MustCompile(`(?m)^write +1048576 +off +lo +2016\.5 MB/s +2097\.2 MB/s +bulk +0\.96 +>=0\.95 +pass +0 +- +1\.15 *$`),
 		regexp.MustCompile(`(?m)^write +1048576 +on +lo +1310\.7 MB/s +2097\.2 MB/s +bulk +0\.62 +>=0\.85 +miss +1 miss +- +0\.75 *$`),
 		regexp.MustCompile(`(?m)^send +64 +off +lo +512\.0 MB/s 8\.000 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.80 +>=0\.70 msg/s +pass +0 +- +- *$`),
+		regexp.MustCompile(`(?m)^write +64 +off +lo +446\.6 MB/s 6\.978 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.698 +>=0\.70 msg/s +miss +0 +- +- *$`),
 		regexp.MustCompile(`(?m)^pingpong +64 +off +lo +28\.0 µs +20\.0 µs +echo +0\.71 +time<=1\.25x \(first 1\.5x\) +miss \(milestone pass\) +0 +- +- *$`),
 	} {
 		if !row.MatchString(s) {
@@ -264,7 +288,7 @@ func TestOutput(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"ratio targets: 2 pass, 2 miss (write/1048576/crc=on/lo 0.62 < 0.85; pingpong/64/crc=off/lo 0.71 < 0.80)",
+		"ratio targets: 2 pass, 3 miss (write/1048576/crc=on/lo 0.62 < 0.85; write/64/crc=off/lo 0.698 < 0.70; pingpong/64/crc=off/lo 0.71 < 0.80)",
 		"0 allocs/op: miss (write/1048576/crc=on/lo 1 allocs/op)",
 		"ceiling, lo: iperf3 (one stream, 1 MiB writes) 5000.0 MB/s (40.0 Gbit/s); bare bulk 1 MiB is 0.42 of it; gosiw write 1 MiB crc=off 0.40; gosiw write 1 MiB crc=on 0.26",
 		"veth cases NOT RUN: needs root",
@@ -282,6 +306,7 @@ func TestOutput(t *testing.T) {
 		"ratio op=write size=1048576 crc=off link=lo baseline=bare value=0.96",
 		"ratio op=write size=1048576 crc=on link=lo baseline=bare value=0.62",
 		"ratio op=send size=64 crc=off link=lo baseline=bare value=0.80",
+		"ratio op=write size=64 crc=off link=lo baseline=bare value=0.698",
 		"ratio op=pingpong size=64 crc=off link=lo baseline=bare value=0.71",
 		"ratio op=write size=1048576 crc=off link=lo baseline=mirrored value=1.15",
 		"ratio op=write size=1048576 crc=on link=lo baseline=mirrored value=0.75",
