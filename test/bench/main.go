@@ -936,13 +936,13 @@ func (c *gosiwCase) judge(ratio float64) (string, bool) {
 func (c *gosiwCase) pingPong() bool { return c.Op == "pingpong" || c.Op == "pingpong-rxg" }
 
 // fmtRatio formats a ratio with two decimals, or with as many more (up
-// to five) as it takes to tell it from target (when target > 0) when two
-// would show a missed target as met: 0.698 against 0.70 prints 0.698,
-// not 0.70.
+// to five) as it takes to tell it from target when two would show a
+// missed target as met: 0.698 against 0.70 prints 0.698, not 0.70. A
+// target of 0 (none) never asks for more.
 func fmtRatio(ratio, target float64) string {
 	s := fmt.Sprintf("%.2f", ratio)
-	for d := 3; target > 0 && ratio < target && d <= 5; d++ {
-		if v, err := strconv.ParseFloat(s, 64); err != nil || v < target {
+	for d := 3; d <= 5 && ratio < target; d++ {
+		if v, _ := strconv.ParseFloat(s, 64); v < target {
 			break
 		}
 		s = fmt.Sprintf("%.*f", d, ratio)
@@ -1014,7 +1014,7 @@ func (r *runner) print(w io.Writer) int {
 				if pass {
 					passed++
 				} else {
-					missed = append(missed, fmt.Sprintf("%s %s < %.2f", c.name(), fmtRatio(ratio, c.target), c.target))
+					missed = append(missed, fmt.Sprintf("%s %s < %.2f", c.name(), rs, c.target))
 				}
 			}
 		}
