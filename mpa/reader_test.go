@@ -644,9 +644,10 @@ func (q *queueVecReader) ReadVec(dst, ahead []byte) (int, error) {
 	return n + m, nil
 }
 
-// TestReaderTailReads: after a large FPDU (reads limited to trailer and
-// header), the tail of a payload that arrives later is read with one
-// call per piece that arrived, not one per few dozen bytes.
+// TestReaderTailReads: after a large payload placed straight into
+// memory by a read that found the source drained (reads limited to
+// trailer and header), the tail of a payload that arrives later is read
+// with one call per piece that arrived, not one per few dozen bytes.
 func TestReaderTailReads(t *testing.T) {
 	large := bytes.Repeat([]byte{3}, 20000)
 	small := bytes.Repeat([]byte{4}, 1550)
@@ -689,6 +690,61 @@ func TestReaderTailReads(t *testing.T) {
 		}
 		if !bytes.Equal(got[i], want) {
 			t.Fatalf("FPDU %d differs", i)
+		}
+	}
+}
+
+// TestReaderDirectReadsAhead: a stream of large FPDUs that has all
+// arrived (a bulk stream the sender keeps ahead of) is read with reads
+// that bring several FPDUs each, not one readv per FPDU: the read that
+// places a payload straight into memory also fills the buffer with what
+// follows, and reads are not limited to a header while the source keeps
+// the buffer full. Every payload arrives intact; a Reader that borrows
+// its buffer borrows one for the read ahead and holds none once the
+// source is idle.
+func TestReaderDirectReadsAhead(t *testing.T) {
+	const fpdus, plen = 40, 32 << 10 // loopback's MSS-sized FPDUs
+	var stream []byte
+	want := make([][]byte, fpdus)
+	for i := range want {
+		want[i] = bytes.Repeat([]byte{byte(i + 1)}, plen)
+		stream = mpa.AppendFPDU(stream, want[i][:18], want[i][18:], false)
+	}
+	for _, lend := range []bool{false, true} {
+		pool := &lendPool{t: t}
+		cfg := mpa.ReaderConfig{}
+		if lend {
+			cfg.Buffers = pool
+		}
+		for _, cut := range []int{0, 100, 40000} {
+			// The stream arrives whole, or its first cut bytes first and
+			// the rest once they are read (a direct read first).
+			src := &queueVecReader{queueReader: queueReader{chunks: [][]byte{stream}}}
+			if cut > 0 {
+				src.chunks = [][]byte{stream[:cut], stream[cut:]}
+			}
+			rd := mpa.NewReader(src, nil, cfg)
+			p := &countPlacer{t: t}
+			for i := range want {
+				got := readStreamed(t, rd, p, fmt.Sprintf("lend=%v cut=%d FPDU %d", lend, cut, i))
+				if !bytes.Equal(got, want[i]) {
+					t.Fatalf("lend=%v cut=%d: FPDU %d differs", lend, cut, i)
+				}
+			}
+			// One readv per FPDU without the read ahead.
+			if calls := src.reads + src.vecs; calls > 2*fpdus/3 {
+				t.Errorf("lend=%v cut=%d: %d FPDUs of %d bytes took %d reads and %d readvs, want at most %d calls",
+					lend, cut, fpdus, plen, src.reads, src.vecs, 2*fpdus/3)
+			}
+			if p.direct+p.copied != fpdus*(plen-18) {
+				t.Errorf("lend=%v cut=%d: %d bytes placed straight and %d copied, want %d in all", lend, cut, p.direct, p.copied, fpdus*(plen-18))
+			}
+			if _, err := rd.Next(); err != errBlock {
+				t.Fatalf("lend=%v cut=%d: Next on an idle source = %v", lend, cut, err)
+			}
+			if lend && (pool.gets == 0 || pool.out != 0) {
+				t.Errorf("lend=true cut=%d: %d buffers borrowed, %d held while idle; want some, and none held", cut, pool.gets, pool.out)
+			}
 		}
 	}
 }

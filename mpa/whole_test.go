@@ -386,9 +386,9 @@ func TestReaderFillRandom(t *testing.T) {
 
 // TestReaderWholeEdges: a Reader that takes what it can with Whole
 // (after Fill) and the rest with Next, Place and Trailer reads a stream
-// of FPDUs around Whole's limits (the length from which a payload would
-// go straight into memory, DirectMin+bigSlack, which limits the next
-// reads; MaxULPDU) with exactly the reads, ULPDUs, WireLen and CRC of a
+// of FPDUs around the lengths that matter to it (DirectMin+bigSlack,
+// from which a payload not all buffered may go straight into memory;
+// MaxULPDU) with exactly the reads, ULPDUs, WireLen and CRC of a
 // Reader that never calls Whole: with and without CRC, Buffered, a
 // VectorReader and a lower MaxULPDU.
 func TestReaderWholeEdges(t *testing.T) {
