@@ -458,7 +458,13 @@ func gosiwSend(b bench, n int, f *gosiwFixture, size int) error {
 
 // gosiwPingPong sends size bytes to the server, whose application
 // goroutine echoes them back with a Send, one round trip at a time. The
-// Sends are unsignaled: each side waits for its receive completion only.
+// Sends are unsignaled but for the last on each side: each side waits
+// for its receive completion only, and, once the timer has stopped, for
+// the completion of its last Send, which retires every Send before it
+// (the verbs rule), so that the run that comes next on the fixture
+// starts with an SQ that is provably empty. A side's send and receive
+// completions share its CQ: the last Send's may come before or after
+// the last receive's.
 func gosiwPingPong(b bench, n int, f *gosiwFixture, size int) error {
 	ctx, cancel := runCtx()
 	defer cancel()
@@ -468,18 +474,20 @@ func gosiwPingPong(b bench, n int, f *gosiwFixture, size int) error {
 	errc := make(chan error, 1)
 	go func() {
 		err := func() error {
-			for range n {
-				if err := waitWC(ctx, p.cq, p.wcs, rdmap.WCRecv); err != nil {
+			sent := false // the last pong's completion was reaped
+			for i := range n {
+				if err := waitRecv(ctx, p.cq, p.wcs, &sent); err != nil {
 					return err
 				}
 				if err := p.qp.PostRecv(p.recv); err != nil {
 					return err
 				}
+				pong.Signaled = i == n-1
 				if err := p.qp.PostSend(pong); err != nil {
 					return err
 				}
 			}
-			return nil
+			return waitSent(ctx, p.cq, p.wcs, sent)
 		}()
 		if err != nil {
 			cancel()
@@ -492,11 +500,13 @@ func gosiwPingPong(b bench, n int, f *gosiwFixture, size int) error {
 		cancel()
 		return errors.Join(err, <-errc)
 	}
-	for range n {
+	sent := false // the last ping's completion was reaped
+	for i := range n {
+		ping.Signaled = i == n-1
 		if err := a.qp.PostSend(ping); err != nil {
 			return fail(err)
 		}
-		if err := waitWC(ctx, a.cq, a.wcs, rdmap.WCRecv); err != nil {
+		if err := waitRecv(ctx, a.cq, a.wcs, &sent); err != nil {
 			return fail(err)
 		}
 		if err := a.qp.PostRecv(a.recv); err != nil {
@@ -504,5 +514,35 @@ func gosiwPingPong(b bench, n int, f *gosiwFixture, size int) error {
 		}
 	}
 	b.StopTimer()
+	if err := waitSent(ctx, a.cq, a.wcs, sent); err != nil {
+		return fail(err)
+	}
 	return <-errc
+}
+
+// waitRecv waits for a receive completion on cq and checks it; a
+// successful send completion that comes first (a ping-pong's last Send,
+// the only signaled one) is taken and noted in *sent.
+func waitRecv(ctx context.Context, cq *rdmap.CQ, wcs []rdmap.WC, sent *bool) error {
+	for {
+		for cq.Poll(wcs[:1]) == 0 {
+			if err := cq.Wait(ctx); err != nil {
+				return fmt.Errorf("waiting for a %v completion: %w", rdmap.WCRecv, err)
+			}
+		}
+		if wc := &wcs[0]; !*sent && wc.Op == rdmap.WCSend && wc.Status == rdmap.WCSuccess {
+			*sent = true
+			continue
+		}
+		return checkWC(&wcs[0], rdmap.WCRecv)
+	}
+}
+
+// waitSent waits for the completion of a ping-pong side's last Send,
+// unless waitRecv took it already.
+func waitSent(ctx context.Context, cq *rdmap.CQ, wcs []rdmap.WC, sent bool) error {
+	if sent {
+		return nil
+	}
+	return waitWC(ctx, cq, wcs, rdmap.WCSend)
 }
