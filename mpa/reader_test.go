@@ -446,6 +446,13 @@ func FuzzReader(f *testing.F) {
 	tail := mpa.AppendFPDU(nil, nil, make([]byte, mpa.DirectMin+200), false)
 	tail = mpa.AppendFPDU(tail, nil, make([]byte, 1550), false)
 	f.Add(tail, false, false, false, uint64(0), uint64(300))
+	// A run of large FPDUs, lent buffers (seed bit 20): direct reads
+	// that read the next FPDUs ahead into a borrowed buffer.
+	var run []byte
+	for i := range 6 {
+		run = mpa.AppendFPDU(run, nil, bytes.Repeat([]byte{byte(i)}, mpa.DirectMin*5+i), false)
+	}
+	f.Add(run, false, false, false, uint64(0), uint64(1<<20|4999))
 	// Lent buffers (seed bit 20), small and large FPDUs.
 	for _, crc := range []bool{false, true} {
 		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
