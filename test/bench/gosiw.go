@@ -187,12 +187,21 @@ func (f *gosiwFixture) close() {
 
 // waitWC waits for one completion on cq and checks it.
 func waitWC(ctx context.Context, cq *rdmap.CQ, wcs []rdmap.WC, want rdmap.WCOpcode) error {
+	if err := nextWC(ctx, cq, wcs, want); err != nil {
+		return err
+	}
+	return checkWC(&wcs[0], want)
+}
+
+// nextWC waits for the next completion on cq and leaves it in wcs[0]
+// (want names it in the error).
+func nextWC(ctx context.Context, cq *rdmap.CQ, wcs []rdmap.WC, want rdmap.WCOpcode) error {
 	for cq.Poll(wcs[:1]) == 0 {
 		if err := cq.Wait(ctx); err != nil {
 			return fmt.Errorf("waiting for a %v completion: %w", want, err)
 		}
 	}
-	return checkWC(&wcs[0], want)
+	return nil
 }
 
 func checkWC(wc *rdmap.WC, want rdmap.WCOpcode) error {
@@ -525,10 +534,8 @@ func gosiwPingPong(b bench, n int, f *gosiwFixture, size int) error {
 // the only signaled one) is taken and noted in *sent.
 func waitRecv(ctx context.Context, cq *rdmap.CQ, wcs []rdmap.WC, sent *bool) error {
 	for {
-		for cq.Poll(wcs[:1]) == 0 {
-			if err := cq.Wait(ctx); err != nil {
-				return fmt.Errorf("waiting for a %v completion: %w", rdmap.WCRecv, err)
-			}
+		if err := nextWC(ctx, cq, wcs, rdmap.WCRecv); err != nil {
+			return err
 		}
 		if wc := &wcs[0]; !*sent && wc.Op == rdmap.WCSend && wc.Status == rdmap.WCSuccess {
 			*sent = true
