@@ -13,8 +13,12 @@
 // ib_write_bw, ib_send_bw): up to 1024 Writes or 8192 Sends on the SQ
 // in lists of 32 with only the last signaled, 8192 receives posted and
 // reposted in lists (see sqDepth and recvPosted in gosiw.go); every
-// message is still a whole RDMA
-// operation, every receive completion reaped. Every target is judged against a
+// message is still a whole RDMA operation, every receive completion
+// reaped. A Send stream's client and server run on a goroutine each, the
+// server's QP in the PollRx mode (its goroutine waits for receives and
+// runs the receive engine meanwhile, as siw perf's responder does);
+// send-rxg, a 64-byte diagnostic without a target, is the same with the
+// server's receive goroutine. Every target is judged against a
 // bare TCP baseline (bare.go) in the same run: bulk (one goroutine
 // writing size-byte buffers, one reading, as iperf3 does) for Write,
 // Send and Read of 64 KiB and more; batched (messages through a
@@ -209,10 +213,27 @@ func (c *gosiwCase) name() string {
 // Sends, see gosiw.go), not deeper: a ring deeper than the window it
 // cycles through only spreads the work requests over more cache.
 func (c *gosiwCase) sqDepth() int {
-	if c.Op == "send" {
+	if c.Op == "send" || c.Op == "send-rxg" {
 		return recvPosted
 	}
 	return sqDepth
+}
+
+// rxMode is where the case's QPs run their receive engines: the
+// ping-pong's both sides, and the server of a Send stream, wait in
+// CQ.Wait for their receives and take QPConfig.PollRx, the polling mode
+// an application that waits for its receives opts into; the -rxg
+// diagnostics are the same workloads with the receive goroutines, as
+// is every other case (nobody waits for a Write's or Read's bytes to
+// land on the passive side).
+func (c *gosiwCase) rxMode() rxMode {
+	switch c.Op {
+	case "pingpong":
+		return rxPollBoth
+	case "send":
+		return rxPollServer
+	}
+	return rxGoroutines
 }
 
 func (c *gosiwCase) qps() int {
@@ -559,6 +580,9 @@ func (r *runner) plan() {
 				bare := base(bareKind(size), size)
 				add("write", size, bare, base("stream", size))
 				add("send", size, bare, base("stream", size))
+				if size == 64 {
+					add("send-rxg", size, bare, nil)
+				}
 				add("read", size, bare, base("reqresp", size))
 			}
 			add("write-4qp", 1<<20, base("bulk4", 1<<20), nil)
@@ -669,22 +693,22 @@ func (r *runner) rawFixtures(link string, n int) ([]*rawFixture, error) {
 	return fs, nil
 }
 
-// gosiwFixtures returns n gosiw fixtures over link, their QPs in the
-// PollRx mode if pollRx.
-func (r *runner) gosiwFixtures(link string, crc bool, n int, pollRx bool, sq int) ([]*gosiwFixture, error) {
+// gosiwFixtures returns n gosiw fixtures over link, their QPs' receive
+// engines where mode says.
+func (r *runner) gosiwFixtures(link string, crc bool, n int, mode rxMode, sq int) ([]*gosiwFixture, error) {
 	ekey := link + "/" + onOff(crc)
 	if err := r.gosiwErr[ekey]; err != nil {
 		return nil, err
 	}
 	fs := make([]*gosiwFixture, n)
 	for i := range fs {
-		key := fmt.Sprintf("%s#%d/pollrx=%v/sq=%d", ekey, i, pollRx, sq)
+		key := fmt.Sprintf("%s#%d/%v/sq=%d", ekey, i, mode, sq)
 		if fs[i] = r.gosiwFix[key]; fs[i] != nil {
 			continue
 		}
 		c, s, err := r.connPair(link)
 		if err == nil {
-			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, sq, pollRx)
+			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, sq, mode)
 		}
 		if err != nil {
 			r.gosiwErr[ekey] = err
@@ -838,7 +862,7 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 		if c.err != nil {
 			return
 		}
-		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps(), c.Op == "pingpong", c.sqDepth())
+		fs, err := r.gosiwFixtures(c.Link, c.CRC, c.qps(), c.rxMode(), c.sqDepth())
 		if err != nil {
 			c.err = err
 			return
@@ -852,7 +876,7 @@ func (r *runner) gosiwUnit(c *gosiwCase) unit {
 			fn = func(b bench, n int) error { return gosiwStreams(b, n, fs, rdmap.WRWrite, c.Size, sqDepth) }
 		case "read":
 			fn = func(b bench, n int) error { return gosiwStream(b, n, f, rdmap.WRRead, c.Size, readDepth) }
-		case "send":
+		case "send", "send-rxg":
 			fn = func(b bench, n int) error { return gosiwSend(b, n, f, c.Size) }
 		case "pingpong", "pingpong-rxg":
 			fn = func(b bench, n int) error { return gosiwPingPong(b, n, f, c.Size) }

@@ -53,9 +53,12 @@ func TestWorkloads(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []struct{ crc, pollRx bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+	for _, k := range []struct {
+		crc  bool
+		mode rxMode
+	}{{false, rxGoroutines}, {true, rxGoroutines}, {false, rxPollServer}, {true, rxPollServer}, {false, rxPollBoth}, {true, rxPollBoth}} {
 		crc := k.crc
-		fs, err := r.gosiwFixtures("lo", crc, multiQPs, k.pollRx, recvPosted)
+		fs, err := r.gosiwFixtures("lo", crc, multiQPs, k.mode, recvPosted)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +84,7 @@ func TestWorkloads(t *testing.T) {
 				}
 				for _, n := range ns {
 					if err := run.fn(n); err != nil {
-						t.Fatalf("gosiw %s %d crc=%v pollrx=%v n=%d: %v (QP errors: %v, %v)", run.name, size, crc, k.pollRx, n, err, f.a.qp.Err(), f.b.qp.Err())
+						t.Fatalf("gosiw %s %d crc=%v %v n=%d: %v (QP errors: %v, %v)", run.name, size, crc, k.mode, n, err, f.a.qp.Err(), f.b.qp.Err())
 					}
 				}
 			}
