@@ -282,14 +282,14 @@ func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d
 	b.ResetTimer()
 	for i := 1; i < len(fs); i++ {
 		go func() {
-			errs[i] = fs[i].stream(ctx, lists[i], share(n, len(fs), i))
+			errs[i] = fs[i].stream(ctx, lists[i], share(n, len(fs), i), nil)
 			if errs[i] != nil {
 				cancel()
 			}
 			done <- struct{}{}
 		}()
 	}
-	errs[0] = fs[0].stream(ctx, lists[0], share(n, len(fs), 0))
+	errs[0] = fs[0].stream(ctx, lists[0], share(n, len(fs), 0), nil)
 	if errs[0] != nil {
 		cancel()
 	}
@@ -383,16 +383,25 @@ func (f *gosiwFixture) streamList(op rdmap.WROpcode, size, d int) *postList {
 }
 
 // stream posts n requests of l on the client's QP and reaps their
-// completions.
-func (f *gosiwFixture) stream(ctx context.Context, l *postList, n int) error {
+// completions. With cr (a Send stream) it keeps the Sends outstanding
+// within the receives the server has posted (see credit) and, when the
+// window is full and every Send retired, waits for more.
+func (f *gosiwFixture) stream(ctx context.Context, l *postList, n int, cr *credit) error {
 	a := f.a
 	want := rdmap.WCWrite
-	if l.wrs[0].Op == rdmap.WRRead {
+	switch l.wrs[0].Op {
+	case rdmap.WRRead:
 		want = rdmap.WCRead
+	case rdmap.WRSend:
+		want = rdmap.WCSend
 	}
 	l.start()
 	for l.retir < n {
-		if err := l.post(n, -1); err != nil {
+		limit := -1
+		if cr != nil {
+			limit = recvPosted - (l.posted - int(cr.reposted.Load()))
+		}
+		if err := l.post(n, limit); err != nil {
 			return err
 		}
 		k := a.cq.Poll(a.wcs)
@@ -401,12 +410,25 @@ func (f *gosiwFixture) stream(ctx context.Context, l *postList, n int) error {
 				return err
 			}
 		}
-		if k == 0 {
+		switch {
+		case k > 0:
+		case l.retir < l.posted:
+			// Requests on their way: wait for the completion that
+			// retires them.
 			if err := waitWC(ctx, a.cq, a.wcs, want); err != nil {
 				return err
 			}
 			if err := l.retire(&a.wcs[0], want); err != nil {
 				return err
+			}
+		case cr == nil:
+			return fmt.Errorf("nothing outstanding and %d of %d requests posted", l.posted, n)
+		default:
+			// All retired, the window full: wait for credit.
+			select {
+			case <-cr.more:
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the server's receives: %w", ctx.Err())
 			}
 		}
 	}
@@ -465,7 +487,7 @@ func gosiwSend(b bench, n int, f *gosiwFixture, size int) error {
 		}
 		srv <- err
 	}()
-	err := a.sendAll(ctx, l, n, &cr)
+	err := f.stream(ctx, l, n, &cr)
 	if err != nil {
 		cancel()
 	}
@@ -483,43 +505,6 @@ func gosiwSend(b bench, n int, f *gosiwFixture, size int) error {
 type credit struct {
 	reposted atomic.Int64
 	more     chan struct{}
-}
-
-// sendAll posts n Sends of l on s, at most as far ahead of cr's credit
-// as the server has receives posted, and retires them.
-func (s *qpSide) sendAll(ctx context.Context, l *postList, n int, cr *credit) error {
-	cq, wcs := s.cq, s.wcs
-	l.start()
-	for l.retir < n {
-		if err := l.post(n, recvPosted-(l.posted-int(cr.reposted.Load()))); err != nil {
-			return err
-		}
-		k := cq.Poll(wcs)
-		for i := range k {
-			if err := l.retire(&wcs[i], rdmap.WCSend); err != nil {
-				return err
-			}
-		}
-		switch {
-		case k > 0:
-		case l.retir < l.posted:
-			// Sends on their way: wait for the completion that retires them.
-			if err := waitWC(ctx, cq, wcs, rdmap.WCSend); err != nil {
-				return err
-			}
-			if err := l.retire(&wcs[0], rdmap.WCSend); err != nil {
-				return err
-			}
-		default:
-			// All retired, the window full: wait for credit.
-			select {
-			case <-cr.more:
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for the server's receives: %w", ctx.Err())
-			}
-		}
-	}
-	return nil
 }
 
 // receive reaps n receive completions on s, reposting the receives as
