@@ -559,6 +559,9 @@ func TestWriterAddFPDU(t *testing.T) {
 			}
 		}
 	}
+	// Without CRC a batch takes small FPDUs up to WriterSmallMaxBytes
+	// (each 2+14+64+4 = 84 bytes, no pad), all in one iovec, and larger
+	// ones after that, up to WriterMaxBytes.
 	var w mpa.Writer
 	w.Init(mpa.WriterConfig{MaxHeader: 82})
 	hdr, p := make([]byte, 14), bytes.Repeat([]byte{9}, 64)
@@ -566,16 +569,26 @@ func TestWriterAddFPDU(t *testing.T) {
 	for w.AddFPDU(hdr, p) {
 		n++
 	}
-	// Each FPDU takes 2+14+64+4 = 84 bytes of the arena (no pad).
-	if want := mpa.WriterScratchLen / 84; n != want {
-		t.Fatalf("%d small FPDUs in one batch, want %d (the arena full)", n, want)
+	if want := mpa.WriterSmallMaxBytes / 84; n != want {
+		t.Fatalf("%d small FPDUs in one batch, want %d (WriterSmallMaxBytes)", n, want)
+	}
+	big := bytes.Repeat([]byte{7}, 4<<10) // longer than any run takes
+	if !w.AddFPDU(hdr, big) {
+		t.Fatalf("a batch of small FPDUs refused a %d-byte FPDU", len(big))
+	}
+	if w.AddFPDU(hdr, p) {
+		t.Fatal("a small FPDU went in past WriterSmallMaxBytes")
 	}
 	var log iovecLog
 	if _, err := w.Flush(&log); err != nil {
 		t.Fatal(err)
 	}
-	if len(log.iovs) != 1 || log.out.Len() != 84*n {
-		t.Fatalf("%d small FPDUs: %d iovecs, %d bytes; want 1 iovec of %d", n, len(log.iovs), log.out.Len(), 84*n)
+	if want := 84*n + mpa.FPDULen(14+len(big)); log.out.Len() != want {
+		t.Fatalf("%d bytes written, want %d", log.out.Len(), want)
+	}
+	if len(log.iovs[0]) < 84*n {
+		// The big FPDU's length field and header may join the iovec.
+		t.Fatalf("%d small FPDUs: first iovec of %d bytes, want them all in it (%d)", n, len(log.iovs[0]), 84*n)
 	}
 }
 

@@ -528,7 +528,7 @@ func TestDefaultDepth(t *testing.T) {
 		op         Op
 		size, want int
 	}{
-		{OpSend, 64, MaxDepth}, {OpSend, 1 << 10, 1024}, {OpWrite, 64, MaxWriteDefault}, {OpWrite, 1 << 10, MaxWriteDefault}, {OpWrite, 8 << 10, 128}, {OpRead, 64, MaxReadDepth}, {OpRead, 16 << 10, 64},
+		{OpSend, 64, MaxDepth}, {OpSend, 1 << 10, 1024}, {OpWrite, 64, MaxWriteDefault}, {OpWrite, 1 << 10, 1024}, {OpWrite, 8 << 10, 128}, {OpRead, 64, MaxReadDepth}, {OpRead, 16 << 10, 64},
 		{OpWrite, 64 << 10, DefaultDepth}, {OpSend, 1 << 20, DefaultDepth}, {OpWrite, MaxSize, DefaultDepth},
 		{OpPingPong, 64, 1}, {OpPingPong, 1 << 20, 1},
 	} {

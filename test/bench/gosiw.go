@@ -25,33 +25,41 @@ import (
 // the connection settles (rdmaptest's default IRD/ORD of 16), each
 // signaled. depth is the mirrored baseline's window (raw.go).
 //
-// sqDepth is the batched baseline's buffer in messages: its 64 KiB
-// bufio.Writer holds 1024 messages of 64 bytes before the writer must
-// wait for the socket, and 1024 work requests on the SQ let the QP hold
-// as many. With 256 the send engine wrote at most ~255 FPDUs (22 KB) per
-// writev and the system calls per message were what bounded the 64-byte
-// rates.
+// sqDepth, the Writes' window, and recvPosted, the Sends', are both
+// 8192: 512 KiB of 64-byte messages, less than the bare stream's socket
+// buffers let it have in flight (tcp_wmem and tcp_rmem grow to 4 and 32
+// MiB on loopback), and several of the send engine's batches of small
+// messages (mpa.WriterSmallMaxBytes, 1462 64-byte Writes), so that the
+// application posts while the batch before is being written.
 //
-// recvPosted is deeper because a Send's window is a loop that a Write's
-// is not: a Write's slot comes back once the Write is written, a Send's
-// credit only once the server has received it, reaped its completion
-// and posted the receive again. With 1024 the loop held one batch: an
-// execution trace of send/64 (-trace) had one goroutine running 80% of
-// the time, the poster, the send engine, the receive engine and the
-// poster again, each woken by the one before and run after it on the
-// same CPU. 8192 (512 KiB of 64-byte messages, less than the bare
-// stream's socket buffers let it have in flight: tcp_wmem and tcp_rmem
-// grow to 4 and 32 MiB on loopback) keeps several batches in flight:
+// Until 2026-12-06 the Writes' window was 1024, the 64 KiB of the
+// batched baseline's bufio.Writer, and a batch took it all: the poster
+// waited for the batch's writev before it could post again. Deeper
+// windows had measured worse (4096: write/64 25.8 -> 21 Mmsg/s) because
+// a batch then grew to the 128 KiB scratch arena, and writes just over
+// two loopback segments ran at half speed under BBR, this VM's
+// congestion control (see mpa.WriterSmallMaxBytes). With batches bounded
+// under that, a window of 8192 took write/64 from 20-27 to 25-27.5
+// Mmsg/s in three interleaved rounds (4096 gave 22-33, less steady);
+// with CRC, whose batches that bound leaves at 512 KiB, 19-20 went to
+// 17-26, as noisy as that.
+//
+// recvPosted is 8192 for a reason of its own: a Send's window is a loop
+// that a Write's is not: a Write's slot comes back once the Write is
+// written, a Send's credit only once the server has received it, reaped
+// its completion and posted the receive again. With 1024 the loop held
+// one batch: an execution trace of send/64 (-trace) had one goroutine
+// running 80% of the time, the poster, the send engine, the receive
+// engine and the poster again, each woken by the one before and run
+// after it on the same CPU. 8192 keeps several batches in flight:
 // send/64 in three interleaved rounds went from 13.5-14.0 to 18.6-19.3
 // Mmsg/s (CRC on: 10.7-10.9 to 14.1-14.8; a window of 4096 gave 16.8,
-// 16384 18.6). Writes gain nothing from a deeper window (a window and
-// SQ of 4096 took write/64 from 25.8 to 21 Mmsg/s), so theirs stays the
-// baseline's, and each case's QPs have an SQ as deep as its window
-// (gosiwCase.sqDepth). (Those Send figures were taken while one
-// goroutine posted the client's Sends and reaped the server's receives;
-// gosiwSend has how that changed.)
+// 16384 18.6). (Those Send figures were taken while one goroutine
+// posted the client's Sends and reaped the server's receives; gosiwSend
+// has how that changed.) Each case's QPs have an SQ as deep as its
+// window (gosiwCase.sqDepth).
 const (
-	sqDepth     = 1024
+	sqDepth     = 8192
 	signalEvery = 32
 	readDepth   = 16
 	depth       = 32
