@@ -40,13 +40,13 @@ const (
 	WriterSmallMaxBytes = 120 << 10
 	// WriterScratchLen is the size of the scratch arena a Writer
 	// borrows for each batch when WriterConfig.Scratch is empty. Small
-	// FPDUs are copied into it whole, so it bounds a batch of them, past
-	// WriterSmallMaxBytes (1462 FPDUs of a 64-byte Write) and the
-	// headers of larger FPDUs after them: 128 KiB held 1560 FPDUs of a
-	// 64-byte Write, a batch of 1024 at once (64 KiB held 780; the
-	// 64-byte Write stream of test/bench, 1024 work requests
-	// outstanding, went from 9.7-11.5 to 10.8-12.9 M msgs/s in three
-	// interleaved rounds).
+	// FPDUs are copied into it whole, up to WriterSmallMaxBytes of them
+	// (1462 FPDUs of a 64-byte Write), with room left for the headers of
+	// larger FPDUs after them. Before that bound, the arena alone bounded
+	// a batch of small FPDUs: 128 KiB held 1560 of a 64-byte Write, a
+	// batch of 1024 at once (64 KiB held 780; the 64-byte Write stream of
+	// test/bench, 1024 work requests outstanding, went from 9.7-11.5 to
+	// 10.8-12.9 M msgs/s in three interleaved rounds).
 	WriterScratchLen = 128 << 10
 	// WriterCopyLen is the longest payload piece a Writer without CRC
 	// and markers copies into its scratch arena instead of referring to
