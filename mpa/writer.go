@@ -21,8 +21,8 @@ const (
 	// (under 64 KiB) with its framing and markers.
 	WriterBufLen = WriterMaxBytes + 80<<10
 	// WriterSmallMaxBytes is the size past which a batch without CRC
-	// takes no more small FPDUs (those a Run takes, copied whole into the
-	// scratch arena; AddFPDU's small ones): a stream of small messages
+	// takes no more small FPDUs (ULPDUs a Run takes, copied whole into
+	// the scratch arena; BeginRun and Room hold to it): a stream of small messages
 	// goes out in writes of at most 120 KiB, under two loopback segments
 	// (MSS 65483), while the 512 KiB of WriterMaxBytes stays the bound of
 	// large FPDUs, whose fewer system calls it buys. Chosen with
@@ -385,8 +385,13 @@ func (w *Writer) Pos() uint64 { return w.pos }
 // only a Room that reported true for the same FPDU. With a scratch
 // arena of WriterScratchLen bytes an empty batch has room for any FPDU
 // of up to MaxULPDU bytes whose payload comes in up to 700 pieces.
+// Without CRC a batch that is not empty has no room for a small FPDU
+// (a ULPDU a Run takes) past WriterSmallMaxBytes, as a Run has none.
 func (w *Writer) Room(ulen, pieces int) bool {
 	if w.fpdus > 0 && w.batchBytes+ulen > WriterMaxBytes {
+		return false
+	}
+	if w.join && w.fpdus > 0 && ulen <= w.maxHeader+writerCopyLen && w.batchBytes+FPDULen(ulen) > WriterSmallMaxBytes {
 		return false
 	}
 	needScratch, needIOV := LengthFieldLen+w.maxHeader+8, pieces+2
@@ -501,23 +506,18 @@ func (w *Writer) FPDU(hdr, payload []byte) {
 // next one (an empty batch has room for any FPDU Room accepts there).
 // It is Room(len(hdr)+len(payload), 1) and FPDU in one call, except that
 // a small FPDU (one a Run takes) is measured by the bytes it takes
-// rather than by Room's bound for any FPDU, and that without CRC a batch
-// takes none past WriterSmallMaxBytes. hdr must be at most MaxHeader
-// bytes long.
+// rather than by Room's bound for any FPDU. hdr must be at most
+// MaxHeader bytes long.
 func (w *Writer) AddFPDU(hdr, payload []byte) bool {
-	if ulen := len(hdr) + len(payload); len(hdr) <= w.maxHeader {
+	if len(hdr) <= w.maxHeader {
 		r := w.BeginRun(1)
-		if b := r.Next(ulen); b != nil {
+		if b := r.Next(len(hdr) + len(payload)); b != nil {
 			putHeader(b, hdr)
 			copy(b[len(hdr):], payload)
 			w.EndRun(&r)
 			return true
 		}
-		small := ulen <= r.max // a run's FPDU (EndRun clears r)
 		w.EndRun(&r)
-		if small && w.join && w.fpdus > 0 && w.batchBytes+FPDULen(ulen) > WriterSmallMaxBytes {
-			return false // a small FPDU past WriterSmallMaxBytes
-		}
 	}
 	if !w.Room(len(hdr)+len(payload), 1) {
 		return false

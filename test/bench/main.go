@@ -10,7 +10,7 @@
 // application opts into; pingpong-rxg, a diagnostic without a target, is
 // the same ping-pong with the receive goroutines). The Write and Send
 // workloads post as a message-rate RDMA user does (perftest's
-// ib_write_bw, ib_send_bw): up to 1024 Writes or 8192 Sends on the SQ
+// ib_write_bw, ib_send_bw): up to 8192 Writes or Sends on the SQ
 // in lists of 32 with only the last signaled, 8192 receives posted and
 // reposted in lists (see sqDepth and recvPosted in gosiw.go); every
 // message is still a whole RDMA operation, every receive completion
