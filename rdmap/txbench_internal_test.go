@@ -75,7 +75,19 @@ func benchTxList(b *testing.B, op WROpcode, crc bool) {
 		wrs[i] = SendWR{Op: op, SGL: []SGE{mr.SGE(64*i, 64)}, Remote: Remote{STag: 0x100}}
 	}
 	wrs[k-1].Signaled = true
-	wcs := make([]WC, 16)
+	streamLists(b, qp, cq, wrs, depth, nil)
+}
+
+// streamLists posts wrs (a list whose last request is signaled) on qp
+// again and again, at most window requests outstanding, and retires them
+// by their completions on cq, until b.N are retired; it reports the
+// process CPU per request (cpu-ns/op). With run, which runs the send
+// engine on this goroutine, it calls run after posting, and never waits
+// on cq; without, the send goroutine sends, and it waits on cq when it
+// has nothing to reap.
+func streamLists(b *testing.B, qp *QP, cq *CQ, wrs []SendWR, window int, run func()) {
+	k := len(wrs)
+	wcs := make([]WC, max(16, window/k))
 	ctx := context.Background()
 	b.SetBytes(64)
 	b.ReportAllocs()
@@ -83,11 +95,14 @@ func benchTxList(b *testing.B, op WROpcode, crc bool) {
 	cpu := testutil.CPUTime()
 	posted, retired := 0, 0
 	for retired < b.N {
-		for posted < b.N && posted+k-retired <= depth {
+		for posted < b.N && posted+k-retired <= window {
 			if _, err := qp.PostSends(wrs); err != nil {
 				b.Fatal(err)
 			}
 			posted += k
+		}
+		if run != nil {
+			run()
 		}
 		n := cq.Poll(wcs)
 		for _, wc := range wcs[:n] {
@@ -96,7 +111,7 @@ func benchTxList(b *testing.B, op WROpcode, crc bool) {
 			}
 			retired += k
 		}
-		if n == 0 {
+		if n == 0 && run == nil {
 			if err := cq.Wait(ctx); err != nil {
 				b.Fatal(err)
 			}
@@ -160,15 +175,7 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool, lists int) {
 				b.Fatal(err)
 			}
 		}
-		for {
-			progressed, err := qp.txBatch(conn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if !progressed {
-				break
-			}
-		}
+		runTx(b, qp, conn)
 		if n := cq.Poll(wcs); n != lists || wcs[0].Status != WCSuccess || wcs[n-1].Status != WCSuccess {
 			b.Fatalf("%d completions, first %+v", n, wcs[0])
 		}
@@ -232,53 +239,32 @@ func benchTxLoopback(b *testing.B, inline bool) {
 		wrs[i] = SendWR{Op: WRWrite, SGL: []SGE{src.SGE(0, 64)}, Remote: Remote{STag: dst.STag()}}
 	}
 	wrs[k-1].Signaled = true
+	var run func()
 	if inline {
 		// Take the engine once the send goroutine has parked (it has
 		// sent nothing yet: the peer's engine sends nothing before the
-		// first FPDU, the first batch below).
+		// first FPDU, the first batch run writes).
 		for !qp.tx.state.CompareAndSwap(txParked, txDirect) {
 			runtime.Gosched()
 		}
 		defer qp.txDirectEnd(false)
+		run = func() { runTx(b, qp, ca) }
 	}
-	wcs := make([]WC, window/k)
-	ctx := context.Background()
-	b.SetBytes(64)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := testutil.CPUTime()
-	posted, retired := 0, 0
-	for retired < b.N {
-		for posted < b.N && posted+k-retired <= window {
-			if _, err := qp.PostSends(wrs); err != nil {
-				b.Fatal(err)
-			}
-			posted += k
+	streamLists(b, qp, cq, wrs, window, run)
+}
+
+// runTx runs the send engine of qp, which the caller holds (txDirect),
+// on this goroutine: batches into conn until one does nothing.
+func runTx(b *testing.B, qp *QP, conn net.Conn) {
+	for {
+		progressed, err := qp.txBatch(conn)
+		if err != nil {
+			b.Fatal(err)
 		}
-		for inline {
-			progressed, err := qp.txBatch(ca)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if !progressed {
-				break
-			}
-		}
-		n := cq.Poll(wcs)
-		for _, wc := range wcs[:n] {
-			if wc.Status != WCSuccess {
-				b.Fatalf("completion %+v", wc)
-			}
-			retired += k
-		}
-		if n == 0 && !inline {
-			if err := cq.Wait(ctx); err != nil {
-				b.Fatal(err)
-			}
+		if !progressed {
+			return
 		}
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(testutil.CPUTime()-cpu)/float64(retired), "cpu-ns/op")
 }
 
 // BenchmarkPostSends measures the poster's side alone: PostSends of a
