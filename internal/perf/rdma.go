@@ -84,8 +84,9 @@ func signalEvery(p *Params) int {
 }
 
 // Receive slots per op: write and read need the responder's "ok" (and one
-// spare); send also its credits (at most 4 unanswered, as the responder
-// batches them by a quarter of its receives); pingpong its echo.
+// spare); send also its credits (at most one unread, as the responder
+// batches them by half its receives: a message of credits unread carries
+// at least that many, and the client never holds more than recvs-1); pingpong its echo.
 func clientRecvs(op Op) int {
 	switch op {
 	case OpSend:
