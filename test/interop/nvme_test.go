@@ -159,7 +159,9 @@ cat /tmp/disc
 grep -q "subnqn: *$NQN" /tmp/disc
 grep -q "subnqn: *$PNQN" /tmp/disc && { echo "the private subsystem is listed to a host it refuses"; exit 1; }
 L=$(grep -m1 "subnqn: *nqn.2026-01.dev.gosiw:siwd" /tmp/disc | sed 's/.*subnqn: *//')
-nvme connect -t rdma -a 10.0.2.2 -s $P -n "$L" --hostnqn=$HN --hostid=$HI -i 2
+if ! nvme connect -t rdma -a 10.0.2.2 -s $P -n "$L" --hostnqn=$HN --hostid=$HI -i 2; then
+  echo "nvme connect failed; the guest kernel said:"; dmesg | grep -i -E 'nvme|siw|rdma|iw_cm' | tail -15; exit 1
+fi
 for i in $(seq 100); do C=$(grep -l "$L" /sys/class/nvme/*/subsysnqn 2>/dev/null | head -1 | cut -d/ -f5); [ -n "$C" ] && [ -b /dev/${C}n1 ] && break; sleep 0.1; done
 echo "connected $C"
 dd if=/dev/${C}n1 of=/tmp/back bs=1M count=64 iflag=direct 2>/dev/null
@@ -246,7 +248,7 @@ func nvmeSession(t *testing.T, tb *table, cache string, crc bool) {
 		st = g.run(fmt.Sprintf(nvmeCLIScript, nvmePort, daemon.DefaultNQN, guestHostNQN, guestHostID, privateNQN))
 		out, rc, err = st.wait(300 * time.Second)
 		if err == nil && rc != 0 {
-			err = fmt.Errorf("guest script rc %d:\n%s", rc, out)
+			err = fmt.Errorf("guest script rc %d:\n%s\nsiwd's log ends:\n%s", rc, out, tail(logb.String(), 1500))
 		}
 		if err == nil && !strings.Contains(logb.String(), "nvme host refused") {
 			err = fmt.Errorf("siwd did not log the refused host:\n%s", tail(logb.String(), 2000))
