@@ -598,3 +598,49 @@ func TestPingPongSlots(t *testing.T) {
 		t.Errorf("server events %+v, client %d round trips", ended, res.Sum.Ops)
 	}
 }
+
+// TestSendCreditsSmallWindow runs a send test over the responder's
+// smallest receive window (4 MiB messages: 4 receives, credits returned
+// by 2) for many times as many Sends as it has receives: the credits
+// must keep coming back (a batch the responder holds back for good would
+// stop the client after 3 Sends), and both ends must count every one.
+func TestSendCreditsSmallWindow(t *testing.T) {
+	const size = 4 << 20
+	addr, ev, stop := startServer(t, nil)
+	conn, err := dialRaw(t, addr, AppendRequest(nil, &Params{Op: OpSend, Size: size, Depth: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseReply(conn.PrivateData)
+	conn.Close()
+	if err != nil || r.Recvs != 4 {
+		t.Fatalf("reply %+v (%v): want the smallest window, 4 receives", r, err)
+	}
+	const want = 12 * 4
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	var ops uint64
+	res, err := Run(ctx, addr, &Options{Op: OpSend, Size: size, Depth: 1, Duration: time.Hour, Interval: 5 * time.Millisecond,
+		OnInterval: func(iv *Interval) {
+			if ops += iv.Sum.Ops; ops >= want {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if res.Sum.Ops < want {
+		t.Fatalf("%d Sends, want at least %d", res.Sum.Ops, want)
+	}
+	// Connection 1 was the probe of the window; 2 is the test's.
+	var got *ConnInfo
+	for _, ci := range ev.ended() {
+		if ci.ID == 2 {
+			got = &ci
+		}
+	}
+	if got == nil || got.Err != nil || got.Ops != res.Sum.Ops {
+		t.Errorf("server events %+v, client %d Sends", ev.ended(), res.Sum.Ops)
+	}
+}
