@@ -84,9 +84,9 @@ func signalEvery(p *Params) int {
 }
 
 // Receive slots per op: write and read need the responder's "ok" (and one
-// spare); send also its credits (at most one unread, as the responder
-// batches them by half its receives: a message of credits unread carries
-// at least that many, and the client never holds more than recvs-1); pingpong its echo.
+// spare); send also its credits (at most one unread: every credit message
+// carries at least half the responder's receives, and the client is never
+// owed more than recvs-1 at once); pingpong its echo.
 func clientRecvs(op Op) int {
 	switch op {
 	case OpSend:

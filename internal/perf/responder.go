@@ -390,8 +390,8 @@ func newResponder(pd *rdmap.PD, p Params, ans answer) (*responder, func(), error
 		}
 	}
 	// Credits go back in batches of half the receives: every credit
-	// message costs the responder a write (a direct send, with the
-	// socket's backlog it processes) and the client a wake-up. A quarter
+	// message costs the responder a write (a direct send on its
+	// goroutine) and the client a wake-up. A quarter
 	// measured 8.9-12.4 Mops/s for siw perf send -l 64 against siw perf
 	// -s, half 10.0-16.3 in five interleaved pairs (each pair faster).
 	// recvs-1 >= ceil(recvs/2) for recvs >= 2: a client that has spent
