@@ -577,18 +577,7 @@ func TestSendReceiveWindow(t *testing.T) {
 func TestPingPongSlots(t *testing.T) {
 	addr, ev, stop := startServer(t, nil)
 	const want = 100
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	var ops uint64
-	res, err := Run(ctx, addr, &Options{Op: OpPingPong, Duration: time.Hour, Interval: 5 * time.Millisecond,
-		OnInterval: func(iv *Interval) {
-			if ops += iv.Sum.Ops; ops >= want {
-				cancel()
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runUntil(t, addr, &Options{Op: OpPingPong}, want)
 	stop()
 	if res.Sum.Ops < want {
 		t.Fatalf("%d round trips, want at least %d", res.Sum.Ops, want)
@@ -617,18 +606,7 @@ func TestSendCreditsSmallWindow(t *testing.T) {
 		t.Fatalf("reply %+v (%v): want the smallest window, 4 receives", r, err)
 	}
 	const want = 12 * 4
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	var ops uint64
-	res, err := Run(ctx, addr, &Options{Op: OpSend, Size: size, Depth: 1, Duration: time.Hour, Interval: 5 * time.Millisecond,
-		OnInterval: func(iv *Interval) {
-			if ops += iv.Sum.Ops; ops >= want {
-				cancel()
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runUntil(t, addr, &Options{Op: OpSend, Size: size, Depth: 1}, want)
 	stop()
 	if res.Sum.Ops < want {
 		t.Fatalf("%d Sends, want at least %d", res.Sum.Ops, want)
@@ -643,4 +621,25 @@ func TestSendCreditsSmallWindow(t *testing.T) {
 	if got == nil || got.Err != nil || got.Ops != res.Sum.Ops {
 		t.Errorf("server events %+v, client %d Sends", ev.ended(), res.Sum.Ops)
 	}
+}
+
+// runUntil runs o against addr until the intervals have counted at least
+// want operations (o.Duration an hour, o.Interval 5ms, o.OnInterval
+// cancelling the run then) and returns the result; an error fails t.
+func runUntil(t *testing.T, addr string, o *Options, want uint64) *Result {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	var ops uint64
+	o.Duration, o.Interval = time.Hour, 5*time.Millisecond
+	o.OnInterval = func(iv *Interval) {
+		if ops += iv.Sum.Ops; ops >= want {
+			cancel()
+		}
+	}
+	res, err := Run(ctx, addr, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
