@@ -391,7 +391,7 @@ func (w *Writer) Room(ulen, pieces int) bool {
 	if w.fpdus > 0 && w.batchBytes+ulen > WriterMaxBytes {
 		return false
 	}
-	if w.join && w.fpdus > 0 && ulen <= w.maxHeader+writerCopyLen && w.batchBytes+FPDULen(ulen) > WriterSmallMaxBytes {
+	if w.join && w.fpdus > 0 && ulen <= w.smallULen() && w.batchBytes+FPDULen(ulen) > WriterSmallMaxBytes {
 		return false
 	}
 	needScratch, needIOV := LengthFieldLen+w.maxHeader+8, pieces+2
@@ -564,7 +564,7 @@ func (w *Writer) BeginRun(n int) Run {
 			// An empty batch with nothing borrowed (WriterConfig.Scratch
 			// empty): the run is all of small.
 			w.scratch, w.iov, w.onSmall = w.small[:0], w.smallIOV[:0], true
-			return Run{free: w.small[:], size: WriterSmallLen, max: w.maxHeader + writerCopyLen}
+			return Run{free: w.small[:], size: WriterSmallLen, max: w.smallULen()}
 		case n <= 1 && w.onSmall:
 		case w.scratch == nil || w.iovp == nil:
 			w.borrow() // a batch's first FPDU, or one in small
@@ -574,7 +574,7 @@ func (w *Writer) BeginRun(n int) Run {
 			return Run{} // the run would take one more iovec
 		}
 		free = w.scratch[s:min(cap(w.scratch), s+max(0, WriterSmallMaxBytes-w.batchBytes))]
-		return Run{free: free, size: len(free), max: w.maxHeader + writerCopyLen}
+		return Run{free: free, size: len(free), max: w.smallULen()}
 	case w.crc && !w.markers:
 		switch {
 		case n <= 1 && w.buf == nil:
@@ -658,7 +658,7 @@ func (w *Writer) One(ulen int) []byte {
 	case n > WriterSmallLen:
 		return nil
 	case w.join:
-		if w.scratch != nil || ulen > w.maxHeader+writerCopyLen {
+		if w.scratch != nil || ulen > w.smallULen() {
 			return nil
 		}
 		// Nothing borrowed, nothing in the batch (WriterConfig.Scratch
@@ -806,6 +806,11 @@ func (w *Writer) takeBuf() {
 		w.batch = (*w.buf)[:0]
 	}
 }
+
+// smallULen is the longest ULPDU of a small FPDU without CRC: one a
+// Run copies whole into the scratch arena (a header and a payload of at
+// most writerCopyLen), and WriterSmallMaxBytes bounds.
+func (w *Writer) smallULen() int { return w.maxHeader + writerCopyLen }
 
 // writerCopyLen is WriterCopyLen, a variable so that a benchmark can
 // sweep it.
