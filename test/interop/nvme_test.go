@@ -98,12 +98,26 @@ allowed_hosts = ["nqn.2026-01.dev.gosiw:someone-else"]
 	return logb, stop
 }
 
+// noTimeWait is the guest command that keeps the guest's TCP from
+// holding closed connections in TIME_WAIT. The guest's siw connects from
+// the port rdma_cm picked at random, which rdma_cm knows free of RDMA
+// IDs, not of the TCP connections that closed before it; the guest
+// closes first (its nvme-rdma disconnects), and a TIME_WAIT left toward
+// siwd's NVMe port by the case's earlier connections there (a
+// discovery, a controller's admin and I/O queues: after linuxHostScript
+// the guest held three) makes connect() fail with EADDRNOTAVAIL when
+// rdma_cm picks its port: "nvme connect" once failed with "Cannot assign
+// requested address" right after a discovery that worked. tcp_tw_reuse
+// would not help: qemu's slirp sends no TCP timestamps.
+const noTimeWait = `echo 0 > /proc/sys/net/ipv4/tcp_max_tw_buckets`
+
 // linuxHostScript connects the kernel host through /dev/nvme-fabrics with
 // 2 I/O queues, checks the namespace size, writes 64 MiB of random data
 // with O_DIRECT at 4 KiB, 64 KiB, 256 KiB and 1 MiB blocks (16 MiB each),
 // reads each back and compares, then deletes the controller.
 const linuxHostScript = `set -e
 P=%d; NQN=%s; HN=%s; HI=%s; CAP=%d
+` + noTimeWait + `
 # No capture of the whole session: hundreds of MiB of data would fill the
 # guest's RAM and take minutes to copy out. With CAP=1 (CRC required) what
 # siwd sends, and only that, is captured, so that the host can check every
@@ -154,6 +168,7 @@ if [ $CAP = 1 ]; then kill -INT $TP; wait $TP || true; cp /tmp/crc.pcap /mnt/hos
 // kept serving), disconnects, and is refused by the private subsystem.
 const nvmeCLIScript = `set -e
 P=%d; NQN=%s; HN=%s; HI=%s; PNQN=%s
+` + noTimeWait + `
 nvme discover -t rdma -a 10.0.2.2 -s $P --hostnqn=$HN --hostid=$HI > /tmp/disc
 cat /tmp/disc
 grep -q "subnqn: *$NQN" /tmp/disc
