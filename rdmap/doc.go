@@ -79,6 +79,11 @@
 // from the buffer. Every error the reader or DDP's rules report becomes its
 // Terminate in one function (term.go, termFor). No data moves through
 // channels; the engines share only the SQ, ORQ and IRQ under QP.sqMu.
+// Posts of send work requests are ordered by QP.postMu: a list of the
+// common requests (Sends and Writes of one SGE) is written into the SQ's
+// free slots and published (QP.sqTail) under postMu alone, without
+// sqMu, so that a poster streaming lists and the send engine taking them
+// do not wait for each other (qp.go, QP.postMu).
 // Every queue (SQ, RQ, SRQ, ORQ, IRQ, a CQ's completions) is the same
 // ring (ring.go): a power-of-two array indexed by free-running counters,
 // allocated when the queue is created. In steady state a work request
@@ -98,7 +103,7 @@
 // goroutine, a waiter, or nobody), handed over at FPDU boundaries only,
 // so a message for a waiting application costs one wakeup, the poller's.
 //
-// Lock order: QP.mu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu;
+// Lock order: QP.mu -> QP.postMu -> QP.sqMu -> QP.rqMu -> SRQ.mu -> CQ.mu -> Device.mu;
 // QP.sqMu -> a window's MR.mu -> its region's MR.mu -> Memory.mu,
 // Device.mu (binds and fast registrations run under sqMu).
 //

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,5 +338,150 @@ func TestSRQPostRecvs(t *testing.T) {
 	}
 	if n, err := srq.PostRecvs([]rdmap.RecvWR{recv(0)}); n != 0 || !errors.Is(err, rdmap.ErrClosed) {
 		t.Fatalf("PostRecvs on a closed SRQ = %d, %v; want 0, ErrClosed", n, err)
+	}
+}
+
+// TestPostListsTeardownExactlyOnce: lists posted from several goroutines
+// at once (the common requests, which PostSends writes without the SQ's
+// lock) while the QP is torn down, gracefully or by the peer's abort:
+// every request a PostSends reports posted completes exactly once (in
+// success or flushed), none is left behind, and none completes that was
+// not posted; after a graceful disconnect the posts are refused.
+func TestPostListsTeardownExactlyOnce(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(map[bool]string{false: "disconnect", true: "peer-abort"}[abort], func(t *testing.T) {
+			const (
+				posters = 3
+				list    = 8
+				perG    = 2000 // requests a poster posts at most
+				trigger = 600  // completions seen before the teardown
+				// unreaped bounds the requests posted and not yet
+				// reaped below the CQ's 1024: on a QP in ERROR a post
+				// completes at once, past the SQ's depth.
+				unreaped = 512
+			)
+			a, b := pair(t, rdmap.QPConfig{MaxSendWR: 64, SignalAll: true}, &rdmaptest.Options{})
+			src := a.reg(t, make([]byte, 64), rdmap.AccessLocalWrite)
+			dst := b.reg(t, make([]byte, 64), rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			var (
+				mu     sync.Mutex
+				posted = map[uint64]bool{}
+				seen   = map[uint64]rdmap.WCStatus{}
+			)
+			var outstanding atomic.Int64 // posted, not reaped
+			postersDone := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range posters {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					wrs := make([]rdmap.SendWR, list)
+					for i := range wrs {
+						wrs[i] = rdmap.SendWR{Op: rdmap.WRWrite, SGL: []rdmap.SGE{src.SGE(0, 64)}, Remote: rdmap.Remote{STag: dst.STag()}}
+					}
+					next := 0
+					for next < perG && ctx.Err() == nil {
+						if outstanding.Load() > unreaped {
+							runtime.Gosched() // let the reaper catch up
+							continue
+						}
+						for i := range wrs {
+							wrs[i].ID = uint64(g)<<32 | uint64(next+i)
+						}
+						n, err := a.qp.PostSends(wrs)
+						outstanding.Add(int64(n))
+						mu.Lock()
+						for _, w := range wrs[:n] {
+							posted[w.ID] = true
+						}
+						mu.Unlock()
+						next += n
+						switch {
+						case err == nil:
+						case errors.Is(err, rdmap.ErrQueueFull):
+							runtime.Gosched() // the reaper and the engine free slots
+						case errors.Is(err, rdmap.ErrQPState) && !abort:
+							return // refused once the disconnect began
+						default:
+							t.Errorf("poster %d: PostSends = %d, %v", g, n, err)
+							return
+						}
+					}
+				}()
+			}
+			go func() { wg.Wait(); close(postersDone) }()
+
+			// The reaper: every completion of a request posted, once.
+			wcs := make([]rdmap.WC, 64)
+			reaped, fired := 0, false
+			check := func(wc *rdmap.WC) {
+				mu.Lock()
+				defer mu.Unlock()
+				if st, dup := seen[wc.ID]; dup {
+					t.Fatalf("request %#x completed twice (%v, then %v)", wc.ID, st, wc.Status)
+				}
+				if wc.Status != rdmap.WCSuccess && wc.Status != rdmap.WCWRFlushErr {
+					t.Fatalf("unexpected completion %+v", *wc)
+				}
+				seen[wc.ID] = wc.Status
+			}
+			done := false
+			for {
+				k := a.cq.Poll(wcs)
+				for i := range k {
+					check(&wcs[i])
+				}
+				reaped += k
+				outstanding.Add(-int64(k))
+				if !fired && reaped >= trigger {
+					fired = true
+					if abort {
+						b.qp.Close()
+					} else {
+						a.qp.Disconnect(false)
+					}
+				}
+				if !done {
+					select {
+					case <-postersDone:
+						done = true
+					default:
+					}
+				}
+				if done {
+					mu.Lock()
+					all := len(seen) == len(posted)
+					mu.Unlock()
+					if all && k == 0 {
+						break
+					}
+				}
+				if k == 0 {
+					wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					err := a.cq.Wait(wctx)
+					wcancel()
+					if ctx.Err() != nil {
+						mu.Lock()
+						t.Fatalf("%d requests posted, %d completed (posters done: %v): a posted request never completed: %v", len(posted), len(seen), done, err)
+					}
+				}
+			}
+			if !fired {
+				t.Fatalf("the teardown never ran: %d completions", reaped)
+			}
+			for id := range seen {
+				if !posted[id] {
+					t.Fatalf("request %#x completed but was never reported posted", id)
+				}
+			}
+			counts := map[rdmap.WCStatus]int{}
+			for _, st := range seen {
+				counts[st]++
+			}
+			t.Logf("%d posted, completions %v", len(posted), counts)
+		})
 	}
 }

@@ -155,6 +155,10 @@ func (c *QPConfig) populate() error {
 	return nil
 }
 
+// cacheLinePad keeps the fields after it off the cache line of those
+// before it (64 bytes, the line of the x86 and arm64 CPUs gosiw runs on).
+type cacheLinePad [64]byte
+
 // postMode says what a post does with a new work request.
 type postMode uint8
 
@@ -174,7 +178,7 @@ const (
 // and the outgoing Read and Atomic Responses. Neither logs per FPDU or
 // per work request; Stats has the counters.
 //
-// Lock order: mu -> sqMu -> rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
+// Lock order: mu -> postMu -> sqMu -> rqMu -> SRQ.mu -> CQ.mu -> Device.mu.
 type QP struct {
 	dev      *Device
 	pd       *PD
@@ -216,13 +220,44 @@ type QP struct {
 	txDone  chan struct{}
 	done    chan struct{}
 
-	sqMu sync.Mutex
+	// The SQ's posters and its send engine each have a cache line of
+	// their own: the fields a post writes (postMu, sqTail, sqHeadSeen)
+	// apart from those the engine and the sweeps write (sqMu, sq.head,
+	// sqHead, sqNext), so that a stream of posts and the engine taking
+	// them do not steal each other's lines at every step.
+	_ cacheLinePad
+	// postMu orders the posts of send work requests: a post holds it
+	// from its look at sqMode to the publication of what it pushed, and
+	// whoever changes sqMode holds it too (qp.mu, then postMu, then
+	// sqMu; a post holds postMu without taking qp.mu). A list of the
+	// common requests (PostSends) is written and published under postMu
+	// alone, without sqMu: the send engine and the sweeps, which hold
+	// sqMu, are not held up by the copy, nor the poster by them.
+	postMu sync.Mutex
+	// sqTail is the SQ's tail, the next free index (the SQ keeps it here,
+	// not in sq.tail, which stays 0): written by posts under postMu (a
+	// post that pushes under sqMu too: pushSendLocked), each store once
+	// the entries before it are written, so that a reader that loads it
+	// may read every entry before it. The slots from sqTail to
+	// sq.head+limit are the post's that holds postMu: no one else reads
+	// or writes them.
+	sqTail atomic.Uint64
+	// sqHeadSeen is the SQ's head as a post last loaded it (sqHead),
+	// under postMu: the room it counts by it is never more than there is
+	// (the head only moves on); a post loads sqHead again only when that
+	// room is short.
+	sqHeadSeen uint64
+	_          cacheLinePad
+	sqMu       sync.Mutex
 	// sq holds the posted send work requests: sq.head is the oldest not
-	// yet completed, sqNext the next one the send engine takes, sq.tail
-	// the next free index. Its limit is MaxSendWR.
-	sq     ring[sqEntry] // +checklocks:sqMu
-	sqNext uint64        // +checklocks:sqMu
-	sqMode postMode      // +checklocks:sqMu
+	// yet completed, sqNext the next one the send engine takes, sqTail
+	// the next free index. Its limit is MaxSendWR. sqHead is sq.head as
+	// the sweeps (under sqMu) publish it for posts without sqMu.
+	sq     ring[sqEntry] // +checklocks:sqMu (head, the entries before sqTail)
+	sqHead atomic.Uint64
+	sqNext uint64   // +checklocks:sqMu
+	sqMode postMode // +checklocks:sqMu, postMu (written under both)
+	_      cacheLinePad
 	// inline holds MaxInline bytes per SQ slot (sq.slot), allocated at
 	// the first inline post under sqMu, before the entry that uses it is
 	// pushed: the send engine reads it for entries it took under sqMu.
@@ -541,9 +576,11 @@ func (qp *QP) Disconnect(abrupt bool) {
 		_ = qp.setStateLocked(StateClosing)
 		qp.localClose = true
 		_ = qp.conn.SetWriteDeadline(time.Now().Add(qp.cfg.DisconnectTimeout))
+		qp.postMu.Lock()
 		qp.sqMu.Lock()
 		qp.sqMode = postRefuse
 		qp.sqMu.Unlock()
+		qp.postMu.Unlock()
 		qp.lg.Info("qp disconnect", zap.Bool("abrupt", false))
 	}
 	qp.mu.Unlock()
@@ -659,9 +696,11 @@ func (qp *QP) AfterDone(f func()) {
 // flush-on-post. The engines must have stopped.
 func (qp *QP) flushAll() {
 	ovf := false
+	qp.postMu.Lock() // no post is under way
 	qp.sqMu.Lock()
 	qp.sqMode = postFlush
-	for i := qp.sq.head; i != qp.sq.tail; i++ {
+	tail := qp.sqTail.Load()
+	for i := qp.sq.head; i != tail; i++ {
 		e := qp.sq.at(i)
 		if e.state != sqDone {
 			e.state = sqDone
@@ -670,7 +709,7 @@ func (qp *QP) flushAll() {
 			}
 		}
 	}
-	qp.sqNext = qp.sq.tail
+	qp.sqNext = tail
 	for o := qp.orq.pop(); o != nil; o = qp.orq.pop() {
 		if o.mr != nil {
 			o.mr.release()
@@ -687,6 +726,7 @@ func (qp *QP) flushAll() {
 		ovf = true
 	}
 	qp.sqMu.Unlock()
+	qp.postMu.Unlock()
 
 	qp.rx.flushRecvs() // the receives completed before the one in progress (and rqPop)
 	if qp.rx.untagged.Active() {
@@ -781,6 +821,7 @@ func (qp *QP) sweepWrittenLocked(written uint64, sp *simpleSpan) bool {
 		head++
 	}
 	qp.sq.head = head
+	qp.sqHead.Store(head)
 	if pushed {
 		qp.scq.mu.Unlock()
 		qp.scq.wake()
@@ -871,18 +912,19 @@ func (qp *QP) PostSend(wr SendWR) error {
 			return err
 		}
 	}
+	qp.postMu.Lock()
 	qp.sqMu.Lock()
 	switch qp.sqMode {
 	case postRefuse:
-		qp.sqMu.Unlock()
+		qp.unlockPost()
 		return ErrQPState
 	}
 	if qp.scq.overran() {
-		qp.sqMu.Unlock()
+		qp.unlockPost()
 		return ErrCQOverflow
 	}
-	if qp.sq.full() {
-		qp.sqMu.Unlock()
+	if qp.sqFullLocked() {
+		qp.unlockPost()
 		return ErrQueueFull
 	}
 	var e *sqEntry
@@ -893,9 +935,9 @@ func (qp *QP) PostSend(wr SendWR) error {
 	}
 	if qp.sqMode == postFlush {
 		e.state, e.status = sqDone, WCWRFlushErr
-		qp.sqNext = qp.sq.tail
+		qp.sqNext = qp.sqTail.Load()
 		ok := qp.sweepLocked()
-		qp.sqMu.Unlock()
+		qp.unlockPost()
 		if !ok {
 			qp.scq.overflowed()
 		}
@@ -904,7 +946,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 	// Alone in the SQ, nothing else to send: written here if the send
 	// engine is parked (txdirect.go).
 	took, run := qp.txDirectTakeLocked(e, fast)
-	qp.sqMu.Unlock()
+	qp.unlockPost()
 	switch {
 	case run:
 		qp.txDirectRun() // gives the engine back
@@ -925,8 +967,7 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 	if validFast(wr) {
 		return qp.pushOneSGELocked(wr)
 	}
-	slot := qp.sq.slot(qp.sq.tail)
-	e := qp.sq.push()
+	e, slot := qp.sqPushLocked()
 	e.id, e.op = wr.ID, wr.Op
 	e.signaled = wr.Signaled || qp.cfg.SignalAll
 	e.solicited, e.fence = wr.Solicited, wr.Fence
@@ -981,21 +1022,23 @@ func (qp *QP) pushSendLocked(wr *SendWR) *sqEntry {
 //
 // +checklocks:qp.sqMu
 func (qp *QP) pushOneSGELocked(wr *SendWR) *sqEntry {
-	e := qp.sq.push()
+	e, _ := qp.sqPushLocked()
 	qp.setOneSGELocked(e, wr, qp.cfg.SignalAll)
 	return e
 }
 
-// pushOneSGEsLocked pushes the longest prefix of wrs whose requests are
-// all common ones (validFast) as pushOneSGELocked pushes each, and
-// returns how many it pushed: the same entries in the same slots, the
-// SQ's tail moved once for them. The caller has checked that the SQ has
-// room for len(wrs) more.
+// pushOneSGEs pushes the longest prefix of wrs whose requests are all
+// common ones (validFast) as pushOneSGELocked pushes each, and returns
+// how many it pushed: the same entries in the same slots, the SQ's tail
+// moved once for them and published (sqTail) once they are written. The
+// caller holds postMu, not necessarily sqMu (see QP.postMu: the slots
+// past the tail are the poster's), and has checked that the SQ has room
+// for len(wrs) more.
 //
-// +checklocks:qp.sqMu
-func (qp *QP) pushOneSGEsLocked(wrs []SendWR) int {
+// +checklocks:qp.postMu
+func (qp *QP) pushOneSGEs(wrs []SendWR) int {
 	r := &qp.sq
-	tail, all := r.tail, qp.cfg.SignalAll
+	tail, all := qp.sqTail.Load(), qp.cfg.SignalAll
 	// The slots a chunk holds (a ring of fewer slots than a chunk uses
 	// only the first mask+1 of its one chunk).
 	lim := min(r.mask+1, ringChunk)
@@ -1017,15 +1060,53 @@ func (qp *QP) pushOneSGEsLocked(wrs []SendWR) int {
 			n++
 		}
 	}
-	r.tail = tail + uint64(n)
+	qp.sqTail.Store(tail + uint64(n))
 	return n
 }
 
-// setOneSGELocked sets every field of e, the SQ entry being pushed, for
-// the common request wr (validFast): sqPosted, signaled also when
-// signalAll (the caller's QPConfig.SignalAll, loaded once for a list).
+// sqPushLocked appends an entry to the SQ and returns it and its slot,
+// which still holds whatever an earlier entry left there: the caller
+// sets every field (as ring.push; the SQ's tail is sqTail). It holds
+// postMu and sqMu: the entry is published at once, and its fields are
+// set before anyone that reads it (taking it under sqMu) can.
 //
 // +checklocks:qp.sqMu
+func (qp *QP) sqPushLocked() (*sqEntry, int) {
+	t := qp.sqTail.Load()
+	e := qp.sq.alloc(t)
+	qp.sqTail.Store(t + 1)
+	return e, qp.sq.slot(t)
+}
+
+// sqFullLocked reports whether the SQ holds MaxSendWR requests (ring.full
+// with the SQ's tail, sqTail).
+//
+// +checklocks:qp.sqMu
+func (qp *QP) sqFullLocked() bool {
+	return qp.sqTail.Load()-qp.sq.head >= uint64(qp.sq.limit)
+}
+
+// sqRoom returns how many more requests the SQ has room for, as a post
+// without sqMu counts it (see sqHeadSeen): at least want when there is
+// that much room.
+//
+// +checklocks:qp.postMu
+func (qp *QP) sqRoom(want int) int {
+	tail := qp.sqTail.Load()
+	room := qp.sq.limit - int(tail-qp.sqHeadSeen)
+	if room < want {
+		qp.sqHeadSeen = qp.sqHead.Load()
+		room = qp.sq.limit - int(tail-qp.sqHeadSeen)
+	}
+	return max(room, 0)
+}
+
+// setOneSGELocked sets every field of e, the SQ entry being pushed (a
+// slot past the published tail, the poster's), for the common request
+// wr (validFast): sqPosted, signaled also when signalAll (the caller's
+// QPConfig.SignalAll, loaded once for a list).
+//
+// +checklocks:qp.postMu
 func (qp *QP) setOneSGELocked(e *sqEntry, wr *SendWR, signalAll bool) {
 	s := &wr.SGL[0]
 	e.id, e.length, e.invSTag, e.remote, e.sge0 = wr.ID, s.Length, wr.InvalidateSTag, wr.Remote, *s
@@ -1061,7 +1142,7 @@ func (qp *QP) sqSGE(e *sqEntry, slot, i int) *SGE {
 // PostSends posts the send work requests wrs in order, as the verbs'
 // linked list of work requests: wrs[:n] are posted exactly as n calls of
 // PostSend would post them (same checks, same completions, same order),
-// under one lock of the SQ and with one doorbell of the send engine for
+// in one hold of the SQ's post lock and with one doorbell of the send engine for
 // the whole list, so that the engine finds the list whole and frames it
 // into its batches together. It returns n, the number posted; when n < len(wrs) the
 // error is why wrs[n] was refused (what PostSend would return for it: a
@@ -1082,27 +1163,36 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	if err := qp.validateSend(&wrs[0]); err != nil {
 		return 0, err
 	}
-	var verr error
-	qp.sqMu.Lock()
+	qp.postMu.Lock()
 	if qp.sqMode == postRefuse {
-		qp.sqMu.Unlock()
+		qp.postMu.Unlock()
 		return 0, ErrQPState
 	}
 	if qp.scq.overran() {
-		qp.sqMu.Unlock()
+		qp.postMu.Unlock()
 		return 0, ErrCQOverflow
 	}
-	flush, ok := qp.sqMode == postFlush, true
+	flush := qp.sqMode == postFlush
 	n := 0
-	var first *sqEntry
 	if !flush {
 		// The common requests first, in one tight pass while the SQ has
-		// room; the loop below takes over at the first other request
-		// (and tells a full SQ).
-		room := qp.sq.limit - qp.sq.len()
-		if n = qp.pushOneSGEsLocked(wrs[:min(len(wrs), max(room, 0))]); n > 0 {
-			first = qp.sq.at(qp.sq.tail - uint64(n))
+		// room, without sqMu (see postMu): published at once, they are
+		// the send engine's. A list of them all is posted there; the
+		// loop below takes over at the first other request (and tells a
+		// full SQ), and decides a direct send for a list of one.
+		n = qp.pushOneSGEs(wrs[:min(len(wrs), qp.sqRoom(len(wrs)))])
+		if n == len(wrs) && n > 1 {
+			qp.postMu.Unlock()
+			qp.ring()
+			return n, nil
 		}
+	}
+	var verr error
+	ok := true
+	qp.sqMu.Lock()
+	var first *sqEntry
+	if n > 0 {
+		first = qp.sq.at(qp.sqTail.Load() - uint64(n))
 	}
 	for ; n < len(wrs); n++ {
 		if w := &wrs[n]; n > 0 && !validFast(w) {
@@ -1110,11 +1200,11 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 				break
 			}
 		}
-		if flush && qp.sq.full() {
+		if flush && qp.sqFullLocked() {
 			// Each flushed request completes at once, as with PostSend.
 			ok = qp.sweepLocked() && ok
 		}
-		if qp.sq.full() {
+		if qp.sqFullLocked() {
 			verr = ErrQueueFull
 			break
 		}
@@ -1124,12 +1214,12 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 		}
 		if flush {
 			e.state, e.status = sqDone, WCWRFlushErr
-			qp.sqNext = qp.sq.tail
+			qp.sqNext = qp.sqTail.Load()
 		}
 	}
 	if flush {
 		ok = qp.sweepLocked() && ok
-		qp.sqMu.Unlock()
+		qp.unlockPost()
 		if !ok {
 			qp.scq.overflowed()
 		}
@@ -1141,7 +1231,7 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	if n == 1 {
 		took, run = qp.txDirectTakeLocked(first, false)
 	}
-	qp.sqMu.Unlock()
+	qp.unlockPost()
 	switch {
 	case run:
 		qp.txDirectRun() // gives the engine back
@@ -1151,6 +1241,12 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 		qp.ring()
 	}
 	return n, verr
+}
+
+// unlockPost releases sqMu and postMu, which a post holds together.
+func (qp *QP) unlockPost() {
+	qp.sqMu.Unlock()
+	qp.postMu.Unlock()
 }
 
 // validFast reports whether wr is the common request, a Send or Write of

@@ -83,13 +83,21 @@ func (r *ring[T]) peek() *T {
 // ring holds at most len(buf) entries, which a limit of at most len(buf)
 // guarantees.
 func (r *ring[T]) push() *T {
-	s := r.tail & r.mask
+	e := r.alloc(r.tail)
+	r.tail++
+	return e
+}
+
+// alloc returns the slot of entry i, allocating its chunk if no push has
+// reached it yet (push's step; the SQ, which keeps its tail apart, pushes
+// with it).
+func (r *ring[T]) alloc(i uint64) *T {
+	s := i & r.mask
 	c := r.chunks[s/ringChunk]
 	if c == nil {
 		c = new([ringChunk]T)
 		r.chunks[s/ringChunk] = c
 	}
-	r.tail++
 	return &c[s%ringChunk]
 }
 

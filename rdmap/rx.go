@@ -410,9 +410,11 @@ func (qp *QP) peerClosed() {
 	qp.mu.Lock()
 	if qp.state == StateRTS {
 		_ = qp.setStateLocked(StateClosing)
+		qp.postMu.Lock()
 		qp.sqMu.Lock()
 		qp.sqMode = postRefuse
 		qp.sqMu.Unlock()
+		qp.postMu.Unlock()
 		qp.lg.Info("peer closed")
 	}
 	qp.mu.Unlock()

@@ -584,7 +584,7 @@ func (qp *QP) txIdle() bool {
 	}
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.sqNext == qp.sq.tail && qp.irq.empty()
+	return qp.sqNext == qp.sqTail.Load() && qp.irq.empty()
 }
 
 func (qp *QP) orqEmpty() bool {
@@ -812,8 +812,9 @@ func runOp(op WROpcode) bool {
 func (qp *QP) txExtendRunLocked(first, bytes uint64) {
 	t := &qp.tx
 	// Under sqMu the ORQ does not change (only this engine adds to it,
-	// and a run adds nothing), nor does the SQ's tail.
-	next, end, orqEmpty := qp.sqNext, min(qp.sq.tail, first+txRunMax), qp.orq.empty()
+	// and a run adds nothing); the run ends at most at the tail
+	// published now (posts go on meanwhile, past it: see QP.postMu).
+	next, end, orqEmpty := qp.sqNext, min(qp.sqTail.Load(), first+txRunMax), qp.orq.empty()
 	var lastMR *MR // the region of the last one-SGE request checked, its mapping lastBind
 	var lastBind *mrBinding
 	// last is the last reference, once this run has taken or shared it;
@@ -939,7 +940,7 @@ func (t *txEngine) startJob(e *sqEntry, idx uint64) {
 // atomic for an ORD credit (unless the ORD is 0: then txAddORQLocked
 // fails it).
 func (qp *QP) sqRunnableLocked() (*sqEntry, bool) {
-	if qp.sqNext == qp.sq.tail {
+	if qp.sqNext == qp.sqTail.Load() {
 		return nil, false
 	}
 	e := qp.sq.at(qp.sqNext)

@@ -288,8 +288,7 @@ func BenchmarkPostSends(b *testing.B) {
 			b.Fatalf("PostSends posted %d: %v", n, err)
 		}
 		qp.sqMu.Lock()
-		qp.sq.drop()
-		qp.sqNext = qp.sq.tail
+		sqDropLocked(qp)
 		qp.sqMu.Unlock()
 	}
 }

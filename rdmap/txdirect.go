@@ -81,7 +81,7 @@ import (
 // +checklocks:qp.sqMu
 func (qp *QP) txDirectTakeLocked(e *sqEntry, fast bool) (took, run bool) {
 	t := &qp.tx
-	if t.raw == nil || qp.sqNext != qp.sq.tail-1 || !qp.irq.empty() || (!fast && !directOp(e.op)) ||
+	if t.raw == nil || qp.sqNext != qp.sqTail.Load()-1 || !qp.irq.empty() || (!fast && !directOp(e.op)) ||
 		!t.state.CompareAndSwap(txParked, txDirect) {
 		return false, false
 	}
@@ -232,7 +232,7 @@ func (qp *QP) txDirectRun() {
 	if t.completedUpTo != t.queuedUpTo {
 		qp.sqMu.Lock()
 		ok := qp.txWrittenLocked()
-		more = qp.sqNext != qp.sq.tail || !qp.irq.empty()
+		more = qp.sqNext != qp.sqTail.Load() || !qp.irq.empty()
 		qp.sqMu.Unlock()
 		if !ok {
 			qp.scq.overflowed()
@@ -296,7 +296,7 @@ func (qp *QP) txDirectMore() bool {
 		return true
 	}
 	qp.sqMu.Lock()
-	more := qp.sqNext != qp.sq.tail || !qp.irq.empty()
+	more := qp.sqNext != qp.sqTail.Load() || !qp.irq.empty()
 	qp.sqMu.Unlock()
 	return more || !qp.rtsNow()
 }

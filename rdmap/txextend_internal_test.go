@@ -81,7 +81,7 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 			// entries (the run's first is started as txPick starts it).
 			want := first + 1
 			bytes := uint64(e0.length)
-			for want != qp.sq.tail && want < first+txRunMax && bytes < txRunBytes {
+			for want != qp.sqTail.Load() && want < first+txRunMax && bytes < txRunBytes {
 				e := qp.sq.at(want)
 				if !runOp(e.op) || (e.fence && orqBusy) || qp.txCheckLocked(e, qp.sq.slot(want)) != WCSuccess {
 					break
@@ -100,7 +100,7 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 			if qp.sqNext != want {
 				t.Fatalf("depth %d round %d: run started up to %d, want %d", depth, round, qp.sqNext-first, want-first)
 			}
-			for i := first + 1; i < qp.sq.tail; i++ {
+			for i := first + 1; i < qp.sqTail.Load(); i++ {
 				if st := qp.sq.at(i).state; (st == sqActive) != (i < want) {
 					t.Fatalf("depth %d round %d: request %d is %v", depth, round, i-first, st)
 				}
@@ -134,8 +134,7 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 			// Forget the run: its references drop, the SQ empties.
 			tx.dropRefs(true)
 			qp.orq = ring[orqEntry]{}
-			qp.sq.drop()
-			qp.sqNext = qp.sq.tail
+			sqDropLocked(qp)
 			qp.sqMu.Unlock()
 		}
 		qp.Close()
@@ -147,10 +146,19 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 }
 
 // TestPushOneSGEsMatchesPostSend: PostSends's pass over the common
-// requests (pushOneSGEsLocked, a ring chunk at a time) leaves the SQ as
+// requests (pushOneSGEs, a ring chunk at a time) leaves the SQ as
 // PostSend of each request does, entry for entry, over lists that mix
 // common requests with others (inline, two SGEs, a Read) and SQs of 1
 // to 64 slots whose indices wrap around the ring.
+// sqDropLocked empties the SQ, without completions, as a sweep moves its
+// head (published: a post counts its room anew), with nothing left for
+// the send engine; the caller holds sqMu.
+func sqDropLocked(qp *QP) {
+	qp.sq.head = qp.sqTail.Load()
+	qp.sqHead.Store(qp.sq.head)
+	qp.sqNext = qp.sq.head
+}
+
 func TestPushOneSGEsMatchesPostSend(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, depth := range []int{1, 2, 3, 4, 5, 8, 64} {
@@ -195,17 +203,16 @@ func TestPushOneSGEsMatchesPostSend(t *testing.T) {
 			a, b := qps[0], qps[1]
 			a.sqMu.Lock()
 			b.sqMu.Lock()
-			if a.sq.tail != b.sq.tail || a.sq.head != b.sq.head {
-				t.Fatalf("depth %d round %d: SQ [%d, %d) after PostSends, [%d, %d) after PostSend", depth, round, a.sq.head, a.sq.tail, b.sq.head, b.sq.tail)
+			if a.sqTail.Load() != b.sqTail.Load() || a.sq.head != b.sq.head {
+				t.Fatalf("depth %d round %d: SQ [%d, %d) after PostSends, [%d, %d) after PostSend", depth, round, a.sq.head, a.sqTail.Load(), b.sq.head, b.sqTail.Load())
 			}
-			for i := a.sq.head; i < a.sq.tail; i++ {
+			for i := a.sq.head; i < a.sqTail.Load(); i++ {
 				if *a.sq.at(i) != *b.sq.at(i) {
 					t.Fatalf("depth %d round %d: SQ entry %d is %+v after PostSends, %+v after PostSend", depth, round, i, *a.sq.at(i), *b.sq.at(i))
 				}
 			}
 			for _, qp := range []*QP{a, b} {
-				qp.sq.drop()
-				qp.sqNext = qp.sq.tail
+				sqDropLocked(qp)
 			}
 			b.sqMu.Unlock()
 			a.sqMu.Unlock()

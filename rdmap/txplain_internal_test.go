@@ -143,7 +143,7 @@ func (s *spanQP) checkSwept(t *testing.T, round, k int) {
 	qp := s.qp
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	head, tail := qp.sq.head, qp.sq.tail
+	head, tail := qp.sq.head, qp.sqTail.Load()
 	for i := tail - uint64(k); i < tail; i++ {
 		e := qp.sq.at(i)
 		if e.sge0.MR != nil || (e.nsge > 1 && qp.sqSGL.at(qp.sq.slot(i), 1).MR != nil) {
