@@ -18,7 +18,7 @@ import (
 // indices wrapping around the ring.
 func TestExtendRunMatchesChecks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, depth := range []int{2, 3, 4, 7, 64, 256} {
+	for _, depth := range []int{2, 3, 4, 7, 64, 256, 2 * txRunMax} {
 		dev, _ := NewDevice(nil)
 		pd := dev.AllocPD()
 		cq, _ := dev.CreateCQ(16)
@@ -33,6 +33,9 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 		}
 		for round := range 300 {
 			orqBusy := rng.IntN(4) == 0
+			// Rounds of small, plain requests only, whose runs txRunMax
+			// cuts before txRunBytes does.
+			small := depth > txRunMax && round%3 == 0
 			wrs := make([]SendWR, 1+rng.IntN(depth))
 			m := mrs[0]
 			for i := range wrs {
@@ -44,12 +47,18 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 					op = WRSend
 				}
 				off, n := rng.IntN(4000), 1+rng.IntN(96)
-				if rng.IntN(2) == 0 {
+				if small {
+					n = 1 + rng.IntN(32)
+				} else if rng.IntN(2) == 0 {
 					n = 1 + rng.IntN(8192) // more runs cut by txRunBytes
 					off = rng.IntN(4096)
 				}
 				w := SendWR{ID: uint64(i), Op: op, SGL: []SGE{m.SGE(off, n)}, Remote: Remote{STag: 0x100}}
-				switch rng.IntN(24) {
+				kind := rng.IntN(24)
+				if small {
+					kind = -1 // only requests that join a run: txRunMax ends it
+				}
+				switch kind {
 				case 0:
 					w.SGL[0].Offset = 4096 + uint64(rng.IntN(10)) // past the end
 				case 1:

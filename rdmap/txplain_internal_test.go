@@ -168,7 +168,7 @@ func (s *spanQP) checkSwept(t *testing.T, round, k int) {
 // else completes, the SQ empties, and no slot the sweep passed keeps
 // its region.
 func TestPlainStretchSweep(t *testing.T) {
-	const depth = 256
+	const depth = 2 * txRunMax
 	s := newSpanQP(t, depth, newSinkConn())
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 300 {
