@@ -7,7 +7,9 @@ package rdmap
 // i&mask, so an index stays valid as a name for its entry from push to
 // pop (the SQ keeps such indices). limit is the queue's depth as
 // configured, which need not be a power of two: full reports it. The
-// owner's lock guards a ring.
+// owner's lock guards a ring (the SQ's is the exception: its tail is
+// QP.sqTail, its free slots the posts', under QP.postMu, and its tail
+// field stays 0; see QP.sqTail).
 //
 // The slots are allocated lazily, ringChunk at a time, the first time a
 // push reaches them (an idle QP holds the slots it has used,
@@ -15,9 +17,9 @@ package rdmap
 // ever held one entry costs one chunk. Chunks never move or go away, so
 // a pointer to a slot stays valid for the ring's life (the send engine
 // keeps one to the work request it is sending, the receive engine one to
-// the ORQ head, both outside the owner's lock). Slots are allocated in
-// push only, under the owner's lock; at, peek and pop are for live
-// entries, whose chunks exist.
+// the ORQ head, both outside the owner's lock). Slots are allocated by
+// the pusher only (push, or alloc for the SQ), under the owner's lock;
+// at, peek and pop are for live entries, whose chunks exist.
 type ring[T any] struct {
 	chunks     []*[ringChunk]T // chunk k holds slots k*ringChunk ..; nil until used
 	mask       uint64

@@ -154,11 +154,6 @@ func TestExtendRunMatchesChecks(t *testing.T) {
 	}
 }
 
-// TestPushOneSGEsMatchesPostSend: PostSends's pass over the common
-// requests (pushOneSGEs, a ring chunk at a time) leaves the SQ as
-// PostSend of each request does, entry for entry, over lists that mix
-// common requests with others (inline, two SGEs, a Read) and SQs of 1
-// to 64 slots whose indices wrap around the ring.
 // sqDropLocked empties the SQ, without completions, as a sweep moves its
 // head (published: a post counts its room anew), with nothing left for
 // the send engine; the caller holds sqMu.
@@ -168,6 +163,11 @@ func sqDropLocked(qp *QP) {
 	qp.sqNext = qp.sq.head
 }
 
+// TestPushOneSGEsMatchesPostSend: PostSends's pass over the common
+// requests (pushOneSGEs, a ring chunk at a time) leaves the SQ as
+// PostSend of each request does, entry for entry, over lists that mix
+// common requests with others (inline, two SGEs, a Read) and SQs of 1
+// to 64 slots whose indices wrap around the ring.
 func TestPushOneSGEsMatchesPostSend(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, depth := range []int{1, 2, 3, 4, 5, 8, 64} {
