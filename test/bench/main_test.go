@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gosiw/gosiw/ddp"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -322,5 +324,32 @@ func TestOutput(t *testing.T) {
 	}
 	if n := len(regexp.MustCompile(`(?m)^ratio op=`).FindAllString(s, -1)); n != len(want) {
 		t.Errorf("want %d ratio lines:\n%s", len(want), s)
+	}
+}
+
+// BenchmarkBatchedWireSize runs the batched small-message baseline
+// (bareBatched) with 64-byte messages and with messages as long as the
+// FPDU that carries a 64-byte Send on the wire (MPA's length field, the
+// untagged DDP/RDMAP header, the payload and the CRC field: 88 bytes). It
+// bounds what 64-byte Sends can reach against the baseline on a machine
+// whose cores both move bytes through the kernel's TCP: the ratio of the
+// two rates is what the extra wire bytes alone cost, before any RDMA work.
+//
+//	go test -run '^$' -bench BatchedWireSize -count 6 ./test/bench
+func BenchmarkBatchedWireSize(b *testing.B) {
+	wire := mpa.FPDULen(ddp.UntaggedHeaderLen + 64)
+	for _, size := range []int{64, wire} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			r := newRunner(&options{})
+			defer r.closeFixtures()
+			raws, err := r.rawFixtures("lo", 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := bareBatched(b, b.N, raws[0], size); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mmsg/s")
+		})
 	}
 }
