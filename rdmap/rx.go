@@ -1889,12 +1889,22 @@ func (rx *rxEngine) end() *termInfo {
 // rxBatch is how many receive completions the receive engine gathers
 // at most before it pushes them into the CQ: enough to make the lock of
 // the RQ (rqPop), the counters (publish), the lock of the CQ and the
-// wake-up a small part of a completion's cost. BenchmarkRxSmall
-// (op=send, crc=false), CPU per 64-byte Send received: 8, 30 ns; 32,
-// 23.3; 64, 22.2. The array comes from wcsPool while completions come
-// in, so an idle QP carries none (with the array in the engine, 8 was
-// what the idle-pair figure allowed).
-const rxBatch = 64
+// wake-up a small part of a completion's cost, and, in the polling mode
+// (QPConfig.PollRx), the driver's round (CQ.Wait takes the engine, runs
+// it until a batch is pushed, gives it back, and the application polls
+// and reposts). The engine pushes what it gathered before each read of
+// the socket whatever the count, so a batch holds only completions of
+// FPDUs one read brought, and latency does not depend on it.
+// BenchmarkRxSmall (op=send, crc=false), CPU per 64-byte Send received:
+// 8, 30 ns; 32, 23.3; 64, 22.2; later, on another machine, ns/fpdu in
+// three interleaved rounds: 64, 20.3-20.8; 128, 19.4-19.9; 256,
+// 19.3-19.8 (512 is more than the benchmark's receives). In test/bench, send/64 with the
+// server polling went from 25.6-31.6 Mmsg/s (CPU 62.9-71.5 ns per
+// message, both ends) with 64 to 30.6-31.8 (60.6-63.4) with 256, in
+// four interleaved rounds. The array (8 KiB) comes from wcsPool while
+// completions come in, so an idle QP carries none (with the array in the
+// engine, 8 was what the idle-pair figure allowed).
+const rxBatch = 256
 
 // pushRecv queues a receive completion (receive engine only). The
 // completions of one socket read are gathered and pushed into the CQ
