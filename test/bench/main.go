@@ -30,7 +30,11 @@
 // printed as the ceiling of one TCP stream. The mirrored baselines of
 // raw.go (the same messages through a copy of the QP's goroutine
 // structure) are a diagnostic column only (-mirrored=false leaves them
-// out). Both ends of every connection live in this process.
+// out). So is wire, for the 64-byte Writes and Sends: the batched
+// baseline again, with messages as long as the FPDUs that carry gosiw's
+// on the wire (84 and 88 bytes), which tells what the extra bytes alone
+// cost the kernel's TCP. Both ends of every connection live in this
+// process.
 //
 // Links: lo is loopback TCP (127.0.0.1), where every case runs; veth is
 // two network namespaces this program creates (root and ip(8) needed)
@@ -46,11 +50,13 @@
 // steadier on a busy machine. The output is a table (with the
 // performance targets, see target; allocations per operation; the ratio
 // of CPU time per operation, which depends less on other load than throughput does, and
-// the diagnostic ratio against the mirrored baseline), then one line per
-// measured case and baseline for comparing runs:
+// the diagnostic ratios against the mirrored and the wire-length
+// baselines), then one line per measured case and baseline for comparing
+// runs:
 //
 //	ratio op=write size=1048576 crc=off link=lo baseline=bare value=0.93
 //	ratio op=write size=1048576 crc=off link=lo baseline=mirrored value=1.02
+//	ratio op=send size=64 crc=off link=lo baseline=wire value=0.81
 //
 // value is gosiw / baseline throughput (messages per second for small
 // sizes: the same ratio), or baseline / gosiw round-trip time for
@@ -104,7 +110,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/internal/testutil"
+	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -191,9 +199,10 @@ type gosiwCase struct {
 	Size int    `json:"size"`
 	CRC  bool   `json:"crc"`
 	Link string `json:"link"`
-	// bare is the baseline the target is judged against; mirror, when
-	// not nil, the diagnostic one.
-	bare, mirror *rawCase
+	// bare is the baseline the target is judged against; mirror and
+	// wire, when not nil, diagnostic ones (wire: the batched baseline
+	// with messages of the length the case's FPDUs have on the wire).
+	bare, mirror, wire *rawCase
 	// target is the minimum ratio (0 for none); milestone a first,
 	// looser one (0 for none).
 	target, milestone float64
@@ -567,8 +576,15 @@ func (r *runner) plan() {
 			if !r.o.mirrored {
 				mirror = nil
 			}
+			var wire *rawCase
+			if bare.Kind == "batched" && link == "lo" && (op == "write" || op == "send") {
+				wire = base("batched", wireLen(op, size))
+			}
 			for _, crc := range []bool{false, true} {
 				c := &gosiwCase{Op: op, Size: size, CRC: crc, Link: link, bare: bare, mirror: mirror}
+				if !crc {
+					c.wire = wire // what the wire costs, next to the case the target judges
+				}
 				c.target, c.milestone = target(op, size, crc, link)
 				if r.o.run.MatchString(c.name()) {
 					cases = append(cases, c)
@@ -615,7 +631,7 @@ func (r *runner) plan() {
 		}
 		emitted := map[*rawCase]bool{}
 		for _, c := range cases {
-			for _, b := range []*rawCase{c.bare, c.mirror} {
+			for _, b := range []*rawCase{c.bare, c.mirror, c.wire} {
 				if b == nil || emitted[b] {
 					continue
 				}
@@ -997,10 +1013,11 @@ func (r *runner) print(w io.Writer) int {
 	}
 	fmt.Fprintln(w, "(MB/s: message bytes per second, Mmsg/s: millions of messages per second; µs: round trip of a 64-byte ping-pong;")
 	fmt.Fprintln(w, " ratio: gosiw/bare throughput or bare/gosiw time; cpu: bare/gosiw process CPU time per operation, both ends included,")
-	fmt.Fprintln(w, " less sensitive to other load; mirrored: the ratio to the mirrored baseline, a diagnostic; higher is better for all)")
+	fmt.Fprintln(w, " less sensitive to other load; mirrored: the ratio to the mirrored baseline, a diagnostic; wire: the ratio to the batched")
+	fmt.Fprintln(w, " baseline with messages as long as gosiw's FPDUs, a diagnostic of what the wire's bytes cost; higher is better for all)")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "op\tsize\tcrc\tlink\tgosiw\tbare TCP\tbaseline\tratio\ttarget\tresult\tallocs/op\tcpu\tmirrored\t")
+	fmt.Fprintln(tw, "op\tsize\tcrc\tlink\tgosiw\tbare TCP\tbaseline\tratio\ttarget\tresult\tallocs/op\tcpu\tmirrored\twire\t")
 	var missed, errs, allocMiss []string
 	passed := 0
 	for _, c := range r.cases {
@@ -1009,11 +1026,11 @@ func (r *runner) print(w io.Writer) int {
 			if c.err != errVethSkipped {
 				errs = append(errs, fmt.Sprintf("%s: %v", c.name(), c.err))
 			}
-			fmt.Fprintf(tw, "%s%s\t\t\t\t\t\t\t\t\t\n", row, shortErr(c.err))
+			fmt.Fprintf(tw, "%s%s\t\t\t\t\t\t\t\t\t\t\n", row, shortErr(c.err))
 			continue
 		}
 		if c.best == nil {
-			fmt.Fprintf(tw, "%snot run\t\t\t\t\t\t\t\t\t\n", row)
+			fmt.Fprintf(tw, "%snot run\t\t\t\t\t\t\t\t\t\t\n", row)
 			continue
 		}
 		bare := "-"
@@ -1051,16 +1068,20 @@ func (r *runner) print(w io.Writer) int {
 		if cr, ok := c.cpuRatio(); ok {
 			cpu = fmt.Sprintf("%.2f", cr)
 		}
-		mir := "-"
+		mir, wire := "-", "-"
 		if mr, ok := c.ratioTo(c.mirror); ok {
 			mir = fmt.Sprintf("%.2f", mr)
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row, fmtSample(c.best.NsPerOp, c.bytes()), bare, c.bare.Kind, rs, tgt, res, allocs, cpu, mir)
+		if wr, ok := c.ratioTo(c.wire); ok {
+			wire = fmt.Sprintf("%.2f", wr)
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row, fmtSample(c.best.NsPerOp, c.bytes()), bare, c.bare.Kind, rs, tgt, res, allocs, cpu, mir, wire)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "TCP baselines (bare: bulk = one writer, one reader; batched = bufio.Writer/bufio.Reader; bulk4 = four bulk streams, aggregate;")
-	fmt.Fprintln(w, "echo = write then read, one goroutine each side. mirrored, a diagnostic: stream, reqresp, pingpong through the QP's goroutine structure):")
+	fmt.Fprintln(w, "echo = write then read, one goroutine each side. mirrored, a diagnostic: stream, reqresp, pingpong through the QP's goroutine structure;")
+	fmt.Fprintln(w, "batched at 84 and 88 bytes, a diagnostic: the length of a 64-byte Write's and Send's FPDU):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "kind\tsize\tlink\tbest\truns\tallocs/op\t")
 	for _, rc := range r.raws {
@@ -1113,17 +1134,16 @@ func (r *runner) print(w io.Writer) int {
 		fmt.Fprintf(w, "error: %s\n", e)
 	}
 	fmt.Fprintln(w)
-	for _, mirrored := range []bool{false, true} {
+	for _, kind := range []string{"bare", "mirrored", "wire"} {
 		for _, c := range r.cases {
-			base, kind := c.bare, "bare"
-			if mirrored {
-				base, kind = c.mirror, "mirrored"
+			base, target := c.bare, c.target
+			switch kind {
+			case "mirrored":
+				base, target = c.mirror, 0
+			case "wire":
+				base, target = c.wire, 0
 			}
 			if ratio, ok := c.ratioTo(base); ok {
-				target := c.target
-				if mirrored {
-					target = 0
-				}
 				fmt.Fprintf(w, "ratio op=%s size=%d crc=%s link=%s baseline=%s value=%s\n", c.Op, c.Size, onOff(c.CRC), c.Link, kind, fmtRatio(ratio, target))
 			}
 		}
@@ -1178,6 +1198,9 @@ type jsonCase struct {
 	CPURatio      *float64 `json:"cpu_ratio,omitempty"`
 	MirrorNsPerOp float64  `json:"mirrored_ns_per_op,omitempty"`
 	MirrorRatio   *float64 `json:"mirrored_ratio,omitempty"`
+	WireSize      int      `json:"wire_size,omitempty"`
+	WireNsPerOp   float64  `json:"wire_ns_per_op,omitempty"`
+	WireRatio     *float64 `json:"wire_ratio,omitempty"`
 	Target        float64  `json:"target,omitempty"`
 	Milestone     float64  `json:"milestone,omitempty"`
 	Pass          *bool    `json:"pass,omitempty"`
@@ -1242,6 +1265,15 @@ func (r *runner) printJSON(w io.Writer) int {
 		}
 		if mr, ok := c.ratioTo(c.mirror); ok {
 			j.MirrorRatio = &mr
+		}
+		if c.wire != nil {
+			j.WireSize = c.wire.Size
+			if c.wire.best != nil {
+				j.WireNsPerOp = c.wire.best.NsPerOp
+			}
+		}
+		if wr, ok := c.ratioTo(c.wire); ok {
+			j.WireRatio = &wr
 		}
 		if cr, ok := c.cpuRatio(); ok {
 			j.CPURatio = &cr
@@ -1308,4 +1340,14 @@ func writeHeapProfile(name string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// wireLen is the length on the wire of the FPDU that carries a message of
+// size bytes of op (write or send) in one segment, without markers: what
+// the wire baseline writes per message.
+func wireLen(op string, size int) int {
+	if op == "write" {
+		return mpa.FPDULen(ddp.TaggedHeaderLen + size)
+	}
+	return mpa.FPDULen(ddp.UntaggedHeaderLen + size)
 }

@@ -227,7 +227,7 @@ func TestSiwdIdleMemory(t *testing.T) {
 	t.Logf("%+v", res)
 }
 
-var ratioLine = regexp.MustCompile(`^ratio op=(write|read|send|write-4qp|pingpong) size=[0-9]+ crc=(on|off) link=(lo|veth) baseline=(bare|mirrored) value=[0-9]+\.[0-9]{2,5}$`)
+var ratioLine = regexp.MustCompile(`^ratio op=(write|read|send|write-4qp|pingpong) size=[0-9]+ crc=(on|off) link=(lo|veth) baseline=(bare|mirrored|wire) value=[0-9]+\.[0-9]{2,5}$`)
 
 // TestOutput: the table, then one ratio line per measured case and
 // baseline and nothing after them; cases that did not run get no ratio
@@ -260,7 +260,8 @@ func TestOutput(t *testing.T) {
 	stream := &rawCase{Kind: "stream", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 600_000}}
 	batched := &rawCase{Kind: "batched", Size: 64, Link: "lo", best: &sample{NsPerOp: 100}}
 	echo := &rawCase{Kind: "echo", Size: 64, Link: "lo", best: &sample{NsPerOp: 20_000}}
-	r.raws = []*rawCase{bulk, stream, batched, echo}
+	wire := &rawCase{Kind: "batched", Size: wireLen("send", 64), Link: "lo", best: &sample{NsPerOp: 110}}
+	r.raws = []*rawCase{bulk, stream, batched, echo, wire}
 	r.ceilings = []*ceiling{{Link: "lo", best: 40e9}}
 	mk := func(op string, size int, crc bool, bare, mirror *rawCase, ns float64, allocs int64) *gosiwCase {
 		c := &gosiwCase{Op: op, Size: size, CRC: crc, Link: "lo", bare: bare, mirror: mirror, best: &sample{NsPerOp: ns}, maxAllocs: allocs}
@@ -271,10 +272,12 @@ func TestOutput(t *testing.T) {
 		mk("write", 1<<20, false, bulk, stream, 520_000, 0),
 		mk("write", 1<<20, true, bulk, stream, 800_000, 1),
 		mk("send", 64, false, batched, nil, 125, 0),
+		mk("send", 64, true, batched, nil, 200, 0),
 		mk("write", 64, false, batched, nil, 143.3, 0), // 0.698: a miss that two decimals would show as 0.70
 		mk("pingpong", 64, false, echo, nil, 28_000, 0),
 		{Op: "write", Size: 1 << 20, Link: "veth", bare: &rawCase{Kind: "bulk", Size: 1 << 20, Link: "veth"}, err: errVethSkipped},
 	}
+	r.cases[2].wire = wire // the wire diagnostic, CRC off only (as plan sets it)
 	r.vethErr = fmt.Errorf("needs root")
 	var out bytes.Buffer
 	if code := r.print(&out); code != 0 {
@@ -282,11 +285,13 @@ func TestOutput(t *testing.T) {
 	}
 	s := out.String()
 	for _, row := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^write +1048576 +off +lo +2016\.5 MB/s +2097\.2 MB/s +bulk +0\.96 +>=0\.95 +pass +0 +- +1\.15 *$`),
-		regexp.MustCompile(`(?m)^write +1048576 +on +lo +1310\.7 MB/s +2097\.2 MB/s +bulk +0\.62 +>=0\.85 +miss +1 miss +- +0\.75 *$`),
-		regexp.MustCompile(`(?m)^send +64 +off +lo +512\.0 MB/s 8\.000 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.80 +>=0\.70 msg/s +pass +0 +- +- *$`),
-		regexp.MustCompile(`(?m)^write +64 +off +lo +446\.6 MB/s 6\.978 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.698 +>=0\.70 msg/s +miss +0 +- +- *$`),
-		regexp.MustCompile(`(?m)^pingpong +64 +off +lo +28\.0 µs +20\.0 µs +echo +0\.71 +time<=1\.25x \(first 1\.5x\) +miss \(milestone pass\) +0 +- +- *$`),
+		regexp.MustCompile(`(?m)^write +1048576 +off +lo +2016\.5 MB/s +2097\.2 MB/s +bulk +0\.96 +>=0\.95 +pass +0 +- +1\.15 +- *$`),
+		regexp.MustCompile(`(?m)^write +1048576 +on +lo +1310\.7 MB/s +2097\.2 MB/s +bulk +0\.62 +>=0\.85 +miss +1 miss +- +0\.75 +- *$`),
+		regexp.MustCompile(`(?m)^send +64 +off +lo +512\.0 MB/s 8\.000 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.80 +>=0\.70 msg/s +pass +0 +- +- +0\.88 *$`),
+		regexp.MustCompile(`(?m)^send +64 +on +lo +320\.0 MB/s 5\.000 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.50 +- +- +0 +- +- +- *$`),
+		regexp.MustCompile(`(?m)^write +64 +off +lo +446\.6 MB/s 6\.978 Mmsg/s +640\.0 MB/s 10\.000 Mmsg/s +batched +0\.698 +>=0\.70 msg/s +miss +0 +- +- +- *$`),
+		regexp.MustCompile(`(?m)^pingpong +64 +off +lo +28\.0 µs +20\.0 µs +echo +0\.71 +time<=1\.25x \(first 1\.5x\) +miss \(milestone pass\) +0 +- +- +- *$`),
+		regexp.MustCompile(`(?m)^batched +88 +lo +800\.0 MB/s 9\.091 Mmsg/s +0 *$`),
 	} {
 		if !row.MatchString(s) {
 			t.Errorf("no row matching %v:\n%s", row, s)
@@ -311,10 +316,12 @@ func TestOutput(t *testing.T) {
 		"ratio op=write size=1048576 crc=off link=lo baseline=bare value=0.96",
 		"ratio op=write size=1048576 crc=on link=lo baseline=bare value=0.62",
 		"ratio op=send size=64 crc=off link=lo baseline=bare value=0.80",
+		"ratio op=send size=64 crc=on link=lo baseline=bare value=0.50",
 		"ratio op=write size=64 crc=off link=lo baseline=bare value=0.698",
 		"ratio op=pingpong size=64 crc=off link=lo baseline=bare value=0.71",
 		"ratio op=write size=1048576 crc=off link=lo baseline=mirrored value=1.15",
 		"ratio op=write size=1048576 crc=on link=lo baseline=mirrored value=0.75",
+		"ratio op=send size=64 crc=off link=lo baseline=wire value=0.88",
 	}
 	tail := lines[len(lines)-len(want):]
 	for i, l := range tail {
