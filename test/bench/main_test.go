@@ -14,8 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gosiw/gosiw/ddp"
-	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
 
@@ -344,7 +342,7 @@ func TestOutput(t *testing.T) {
 //
 //	go test -run '^$' -bench BatchedWireSize -count 6 ./test/bench
 func BenchmarkBatchedWireSize(b *testing.B) {
-	wire := mpa.FPDULen(ddp.UntaggedHeaderLen + 64)
+	wire := wireLen("send", 64)
 	for _, size := range []int{64, wire} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			r := newRunner(&options{})
