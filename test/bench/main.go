@@ -577,7 +577,7 @@ func (r *runner) plan() {
 				mirror = nil
 			}
 			var wire *rawCase
-			if bare.Kind == "batched" && link == "lo" && (op == "write" || op == "send") {
+			if size == 64 && link == "lo" && (op == "write" || op == "send") {
 				wire = base("batched", wireLen(op, size))
 			}
 			for _, crc := range []bool{false, true} {
