@@ -461,7 +461,9 @@ type wcRing struct {
 }
 
 // wcRingMin is the fewest slots a wcRing allocates (fewer only for a
-// smaller limit): a batch of the receive engine (rxBatch).
+// smaller limit): enough for a latency-bound stream's few completions at
+// a time; a ring that has to hold more (a batch of the receive engine
+// is up to rxBatch) grows to it by doubling.
 const wcRingMin = 8
 
 // wcCopyMin is the most WCs moved one by one between a wcRing and a
