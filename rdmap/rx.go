@@ -1898,12 +1898,12 @@ func (rx *rxEngine) end() *termInfo {
 // BenchmarkRxSmall (op=send, crc=false), CPU per 64-byte Send received:
 // 8, 30 ns; 32, 23.3; 64, 22.2; later, on another machine, ns/fpdu in
 // three interleaved rounds: 64, 20.3-20.8; 128, 19.4-19.9; 256,
-// 19.3-19.8 (512 is more than the benchmark's receives). In test/bench, send/64 with the
-// server polling went from 25.6-31.6 Mmsg/s (CPU 62.9-71.5 ns per
-// message, both ends) with 64 to 30.6-31.8 (60.6-63.4) with 256, in
-// four interleaved rounds. The array (8 KiB) comes from wcsPool while
-// completions come in, so an idle QP carries none (with the array in the
-// engine, 8 was what the idle-pair figure allowed).
+// 19.3-19.8 (512 is more than the benchmark's receives). In test/bench,
+// send/64 with the server polling went from 25.6-31.6 Mmsg/s (CPU
+// 62.9-71.5 ns per message, both ends) with 64 to 30.6-31.8 (60.6-63.4)
+// with 256, in four interleaved rounds. The array (8 KiB) comes from
+// wcsPool while completions come in, so an idle QP carries none (with
+// the array in the engine, 8 was what the idle-pair figure allowed).
 const rxBatch = 256
 
 // pushRecv queues a receive completion (receive engine only). The
