@@ -350,6 +350,12 @@ func TestService(t *testing.T) {
 		switch op {
 		case OpSend:
 			sent = res.Sum.Bytes
+			// The responder meters once per poll (not per message):
+			// the counters are whole once the test is over, not only
+			// once siwd has stopped.
+			if got := counter(t, m, "siwd_bytes_total", "rx", "send"); got != float64(sent) {
+				t.Errorf("rx send bytes %v when the send test ended, want %d", got, sent)
+			}
 		case OpWrite:
 			wrote = res.Sum.Bytes
 		case OpPingPong:
