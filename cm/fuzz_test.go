@@ -3,13 +3,10 @@ package cm_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -30,22 +27,6 @@ const (
 	decideHold           // no answer: the test destroys the child later
 	decideCount
 )
-
-// fuzzListenAddr returns the loopback address one fuzz execution listens
-// on: on Linux a random one of 127.0.0.0/8 (outside 127.0.0.0/16), not
-// 127.0.0.1 every time. Fuzzing makes thousands of connections a
-// second, each leaves a socket in TIME_WAIT for a minute, and on one
-// address they soon hold every ephemeral port: after two minutes of
-// FuzzListener, FuzzConnectReply and FuzzListenerSMBD failed with
-// "listen tcp 127.0.0.1:0: bind: address already in use" (130 000
-// sockets in TIME_WAIT). A port is taken per address, and the whole of
-// 127.0.0.0/8 is loopback on Linux; elsewhere only 127.0.0.1 may be.
-func fuzzListenAddr() string {
-	if runtime.GOOS != "linux" {
-		return "127.0.0.1:0"
-	}
-	return fmt.Sprintf("127.%d.%d.%d:0", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
-}
 
 // fuzzSeedFiles returns the MPA frames Linux siw sent in the lab.
 func fuzzSeedFiles(f *testing.F, prefix string) [][]byte {
@@ -171,7 +152,7 @@ func runListener(t *testing.T, cfg *cm.Config, decide byte, chunk int, data []by
 	if err := l.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Listen(fuzzListenAddr(), 0); err != nil {
+	if err := l.Listen(testutil.ListenAddr(), 0); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := net.Dial("tcp", l.LocalAddr().String())
@@ -314,7 +295,7 @@ func runConnectReply(t *testing.T, cfgBits byte, chunk int, data []byte) {
 	leakOpts := goleak.IgnoreCurrent()
 	dev := newDev(t)
 	defer dev.Close()
-	ln, err := net.Listen("tcp", fuzzListenAddr())
+	ln, err := net.Listen("tcp", testutil.ListenAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosiw/gosiw/internal/testutil"
 	"github.com/gosiw/gosiw/mpa"
 	"github.com/gosiw/gosiw/rdmap"
 )
@@ -73,7 +74,9 @@ func ConnPair(tb testing.TB, pipe bool) (net.Conn, net.Conn) {
 	if pipe {
 		return net.Pipe()
 	}
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	// An address of its own each time (testutil.ListenIP): fuzzing and
+	// stress runs connect thousands of times a minute.
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: testutil.ListenIP()})
 	if err != nil {
 		tb.Fatal(err)
 	}
