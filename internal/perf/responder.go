@@ -224,11 +224,12 @@ type responder struct {
 	credits        int // buffers reposted but not yet announced
 	pat            []byte
 
-	seq        uint64    // next data message expected
-	ops, bytes uint64    // data messages received
-	metered    [2]uint64 // ops and bytes the meters have been given
-	ctrlBytes  uint64    // bytes of control messages received
-	dataErr    error     // first bad data message
+	seq        uint64 // next data message expected
+	ops, bytes uint64 // data messages received
+	meteredOps uint64 // ops the meters have been given
+	meteredB   uint64 // bytes the meters have been given
+	ctrlBytes  uint64 // bytes of control messages received
+	dataErr    error  // first bad data message
 	fin        *counts
 	finAt      time.Time
 	echoing    int // the receive slot of the echo in flight, or -1
@@ -491,12 +492,12 @@ func (r *responder) run(ctx context.Context) error {
 // last did: once per poll, not per message (two atomic additions per
 // message, in a loop that takes some tens of nanoseconds per message).
 func (r *responder) meter() {
-	if r.m.rxOps == nil || r.ops == r.metered[0] {
+	if r.m.rxOps == nil || r.ops == r.meteredOps {
 		return
 	}
-	add(r.m.rxOps, r.ops-r.metered[0])
-	add(r.m.rxBytes, r.bytes-r.metered[1])
-	r.metered = [2]uint64{r.ops, r.bytes}
+	add(r.m.rxOps, r.ops-r.meteredOps)
+	add(r.m.rxBytes, r.bytes-r.meteredB)
+	r.meteredOps, r.meteredB = r.ops, r.bytes
 }
 
 // flushReposts posts the data receives handled since the last poll
