@@ -69,6 +69,7 @@ type CQ struct {
 	// registered for drivers (kept for the next Wait whose context has
 	// the same Done channel; replaced under wmu).
 	poll      atomic.Pointer[QP]
+	pollTx    atomic.Pointer[QP] // the PollTx QP whose send CQ this is (txpoll.go)
 	driving   atomic.Bool
 	drivingQP atomic.Pointer[QP]
 	wmu       sync.Mutex
@@ -172,7 +173,9 @@ func (cq *CQ) pollOverflowLocked(wcs []WC, k int) int {
 // and empty. On the receive CQ of a QP with QPConfig.PollRx, a Wait that
 // finds nothing to poll runs that QP's receive engine on its own
 // goroutine until a completion is waiting or ctx is done (one waiter at a
-// time; the others wait as usual). The first registration of a context
+// time; the others wait as usual). On the send CQ of a QP with
+// QPConfig.PollTx, such a Wait first sends the work that QP has queued
+// (see PollTx). The first registration of a context
 // that can be canceled allocates; later Waits with the same context (or
 // one with the same Done channel) do not.
 func (cq *CQ) Wait(ctx context.Context) error {
@@ -194,6 +197,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 				return ErrCQOverflow
 			}
 			return ErrClosed
+		}
+		if qp := cq.pollTx.Load(); qp != nil && ctx.Err() == nil && qp.txDrive(ctx) {
+			continue // the QP's send engine ran here (PollTx): look again
 		}
 		if qp := cq.poll.Load(); qp != nil && ctx.Err() == nil && qp.rxDrive(cq, ctx) {
 			continue // the QP's receive ran here (PollRx): look again
@@ -413,6 +419,7 @@ func (cq *CQ) attach(qp *QP) error {
 
 func (cq *CQ) detach(qp *QP) {
 	cq.poll.CompareAndSwap(qp, nil)
+	cq.pollTx.CompareAndSwap(qp, nil)
 	cq.drivingQP.CompareAndSwap(qp, nil) // the CQ keeps no QP it no longer serves
 	cq.mu.Lock()
 	for i, u := range cq.users {

@@ -29,6 +29,9 @@ var connVariants = []struct {
 	{"pollrx", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{}},
 	{"pollrx-crc", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{CRC: true}},
 	{"pollrx-pipe", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{Pipe: true}},
+	{"polltx", rdmap.QPConfig{PollTx: true}, rdmaptest.Options{}},
+	{"polltx-markers-crc", rdmap.QPConfig{PollTx: true}, rdmaptest.Options{CRC: true, MarkersAB: true, MarkersBA: true}},
+	{"polltx-pollrx", rdmap.QPConfig{PollTx: true, PollRx: true}, rdmaptest.Options{}},
 }
 
 // split cuts n bytes of mr at off into k SGEs of uneven sizes.

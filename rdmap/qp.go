@@ -90,6 +90,31 @@ type QPConfig struct {
 	// processes far more than the fire's own work (at 1ms, siw perf's
 	// 64-byte ping-pong took 1.3-1.7 times as long as at 10ms).
 	PollRxIdle time.Duration
+	// PollTx is the polling mode of the send engine: work requests that
+	// PostSend and PostSends queue while the send engine is parked are
+	// framed and written on the goroutine that waits on SendCQ
+	// (CQ.Wait), run to completion, instead of on a send goroutine, so
+	// that an application that posts and then waits keeps the whole
+	// send path on one thread (siw perf's client: between two processes
+	// on one host, the poster and a send goroutine of its own had
+	// competed with the peer for the CPUs). A Wait that finds SendCQ
+	// empty and posted work waiting writes batches while the socket
+	// takes them without blocking; what the socket does not take, and
+	// anything but sending in RTS (a state change, a Terminate, the
+	// gate before the first FPDU), goes on in the send goroutine, as
+	// without PollTx. A post that no Wait follows is sent by the send
+	// goroutine after PollTxIdle. CQ.Poll never sends. A lone request
+	// is written by PostSend itself when the engine is idle, in both
+	// modes (the direct send). A CQ drives at most one PollTx QP:
+	// CreateQP fails with ErrConfig for a second one on the same SendCQ
+	// (until the first is destroyed). What goes on the wire, its order
+	// and the completions are the same in both modes. PollTx needs a
+	// connection with a syscall.RawConn (TCP); on another it is off.
+	PollTx bool
+	// PollTxIdle bounds how long work a PollTx QP queued waits for a
+	// Wait on SendCQ before the send goroutine sends it. Zero means the
+	// default, 1ms; negative is an error.
+	PollTxIdle time.Duration
 	// SignalAll makes every send work request signaled.
 	SignalAll bool
 	// BufferedRx makes the receive path read each whole FPDU into a
@@ -145,6 +170,12 @@ func (c *QPConfig) populate() error {
 		c.PollRxIdle = time.Duration(pollRxIdle.Load())
 	case c.PollRxIdle < 0:
 		return errConfigf("QPConfig.PollRxIdle %v is negative", c.PollRxIdle)
+	}
+	switch {
+	case c.PollTxIdle == 0:
+		c.PollTxIdle = time.Duration(pollTxIdle.Load())
+	case c.PollTxIdle < 0:
+		return errConfigf("QPConfig.PollTxIdle %v is negative", c.PollTxIdle)
 	}
 	switch {
 	case c.RxStallTimeout == 0:
@@ -381,6 +412,11 @@ func (pd *PD) CreateQP(cfg *QPConfig) (*QP, error) {
 		qp.scq.detach(qp)
 		qp.rcq.detach(qp)
 		return nil, errConfigf("QPConfig.PollRx: RecvCQ already drives another PollRx QP")
+	}
+	if c.PollTx && !qp.scq.pollTx.CompareAndSwap(nil, qp) {
+		qp.scq.detach(qp)
+		qp.rcq.detach(qp)
+		return nil, errConfigf("QPConfig.PollTx: SendCQ already drives another PollTx QP")
 	}
 	if qp.srq != nil {
 		if err := qp.srq.attach(); err != nil {
@@ -953,7 +989,7 @@ func (qp *QP) PostSend(wr SendWR) error {
 	case took:
 		qp.txDirectEnd(true) // to a send goroutine
 	default:
-		qp.ring()
+		qp.ringPost()
 	}
 	return nil
 }
@@ -1183,7 +1219,7 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 		n = qp.pushOneSGEs(wrs[:min(len(wrs), qp.sqRoom(len(wrs)))])
 		if n == len(wrs) && n > 1 {
 			qp.postMu.Unlock()
-			qp.ring()
+			qp.ringPost()
 			return n, nil
 		}
 	}
@@ -1238,7 +1274,7 @@ func (qp *QP) PostSends(wrs []SendWR) (int, error) {
 	case took:
 		qp.txDirectEnd(true) // to a send goroutine
 	case n > 0:
-		qp.ring()
+		qp.ringPost()
 	}
 	return n, verr
 }

@@ -15,6 +15,9 @@ type QPStats struct {
 	// send: see PostSend); TxDirectRest those of them whose rest (all of
 	// it, when the socket took nothing) the send goroutine wrote.
 	TxDirect, TxDirectRest uint64
+	// TxPolled counts batches written on a waiter's goroutine (PollTx);
+	// TxPolledRest those of them whose rest the send goroutine wrote.
+	TxPolled, TxPolledRest uint64
 	RxFPDUs, RxBytes       uint64
 	// RxDriven counts FPDUs received on a waiter's goroutine (PollRx).
 	RxDriven uint64
@@ -30,6 +33,7 @@ type QPStats struct {
 type qpCounters struct {
 	txFPDUs, txBytes, txWritevs    atomic.Uint64
 	txDirect, txDirectRest         atomic.Uint64
+	txPolled, txPolledRest         atomic.Uint64
 	rxFPDUs, rxBytes               atomic.Uint64
 	rxDirect, rxCopied             atomic.Uint64
 	rxDriven                       atomic.Uint64
@@ -42,6 +46,7 @@ func (qp *QP) Stats() QPStats {
 	return QPStats{
 		TxFPDUs: c.txFPDUs.Load(), TxBytes: c.txBytes.Load(), TxWritevs: c.txWritevs.Load(),
 		TxDirect: c.txDirect.Load(), TxDirectRest: c.txDirectRest.Load(),
+		TxPolled: c.txPolled.Load(), TxPolledRest: c.txPolledRest.Load(),
 		RxFPDUs: c.rxFPDUs.Load(), RxBytes: c.rxBytes.Load(), RxDriven: c.rxDriven.Load(),
 		RxPlacedDirect: c.rxDirect.Load(), RxPlacedCopied: c.rxCopied.Load(),
 		TerminatesSent: c.termSent.Load(), TerminatesRecvd: c.termRecvd.Load(),

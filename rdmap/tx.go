@@ -231,6 +231,14 @@ type txEngine struct {
 	rest      bool
 	restFPDUs int
 
+	// The polling mode (txpoll.go): poll says QPConfig.PollTx is in
+	// effect (set once, at Start, after idle: posters read it without a
+	// lock); idle is the timer that starts the send goroutine for work
+	// no Wait took, armed while idleArmed.
+	poll      atomic.Bool
+	idle      *time.Timer
+	idleArmed atomic.Bool
+
 	// Shutdown.
 	closeTimer *time.Timer
 	halfClose  bool  // the connection has CloseWrite
@@ -248,6 +256,11 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	_, t.halfClose = qp.conn.(interface{ CloseWrite() error })
 	t.raw = rawConnOf(qp.conn)
 	t.writeFn = t.directWrite
+	if qp.cfg.PollTx && t.raw != nil {
+		t.idle = time.AfterFunc(time.Hour, qp.txPollIdle)
+		t.idle.Stop()
+		t.poll.Store(true)
+	}
 }
 
 func (t *txEngine) release() {
@@ -264,6 +277,9 @@ func (t *txEngine) release() {
 	t.wr = nil
 	if t.closeTimer != nil {
 		t.closeTimer.Stop()
+	}
+	if t.idle != nil {
+		t.idle.Stop()
 	}
 }
 
@@ -496,6 +512,7 @@ func (qp *QP) txRun(conn net.Conn) bool {
 				t.closeTimer = time.NewTimer(qp.cfg.DisconnectTimeout)
 			}
 		}
+		rest := t.rest
 		progressed, err := qp.guardTx(func() (bool, error) { return qp.txBatch(conn) }) // see fault.go
 		if err != nil {
 			if t.err == nil {
@@ -507,6 +524,9 @@ func (qp *QP) txRun(conn net.Conn) bool {
 			continue
 		}
 		if progressed {
+			if rest && t.poll.Load() && qp.txPollPark() {
+				return false // the next Wait sends what is queued (txpoll.go)
+			}
 			continue
 		}
 		// A connection without half-close ends with the close; it waits

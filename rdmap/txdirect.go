@@ -151,6 +151,22 @@ func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 // txDirectRun builds and writes one batch (see above) and gives the
 // engine back (txDirectEnd), to a send goroutine when the engine has
 // more to do.
+func (qp *QP) txDirectRun() {
+	if more, held, _ := qp.txDirectBatch(false); held {
+		qp.txDirectEnd(more)
+	}
+}
+
+// txDirectBatch builds one batch on the goroutine that holds the engine
+// (txDirect: a direct send's poster, or a PollTx waiter) and writes it
+// with one non-blocking writev. A direct send's batch (all false) is its
+// one job, a PollTx waiter's (all true) every runnable job up to a full
+// batch, as txBatch builds it. When the batch was written whole, or held
+// nothing, it reports held: the caller still holds the engine and gives
+// it back; more says whether the engine has more to do (txDirectMore),
+// progressed whether it wrote or completed anything. Otherwise (a fault,
+// or a rest the socket did not take) it has given the engine to a send
+// goroutine.
 //
 // The batch is built under guardTx's guard, in line: faults are panics
 // while building is set, and the one deferred call recovers only then
@@ -160,7 +176,7 @@ func (qp *QP) rtsNow() bool { return qp.inRTS.Load() }
 // progress does in the send loop. Once building is clear the deferred
 // call touches nothing of the engine, which txDirectEnd may have given
 // away by then.
-func (qp *QP) txDirectRun() {
+func (qp *QP) txDirectBatch(all bool) (more, held, progressed bool) {
 	t := &qp.tx
 	// The batch before was written whole (Wrote reset it) or dropped
 	// (Reset), or held nothing; Reset is for what nothing should leave
@@ -185,23 +201,44 @@ func (qp *QP) txDirectRun() {
 		t.w.Reset()
 		t.written()
 		qp.txDirectEnd(true)
+		more, held, progressed = true, false, false
 	}()
-	// One job: the one txDirectStartLocked started (the engine took
-	// none before it), framed by txEmitOne when it is one small FPDU,
-	// else txPick's.
-	if t.job != jobNone {
+	switch {
+	case all:
+		// txBatch's loop.
+		for !qp.broken.Load() {
+			if t.job == jobNone && !qp.txPick() {
+				break
+			}
+			if !qp.txEmitSmall() {
+				break
+			}
+			if t.job != jobNone && !qp.txEmit() {
+				break
+			}
+		}
+	case t.job != jobNone:
+		// One job: the one txDirectStartLocked started (the engine took
+		// none before it), framed by txEmitOne when it is one small
+		// FPDU, else txPick's.
 		if !qp.txEmitOne() && qp.txEmitSmall() && t.job != jobNone {
 			qp.txEmit()
 		}
-	} else if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
-		qp.txEmit()
+	default:
+		if qp.txPick() && qp.txEmitSmall() && t.job != jobNone {
+			qp.txEmit()
+		}
 	}
 	debug.SetPanicOnFault(old)
 	building = false
 
 	if t.w.Empty() {
-		qp.txDirectEnd(qp.txDirectMore())
-		return
+		// Nothing to write: what was queued without bytes (a Local
+		// Invalidate, a PollTx waiter's) completes as txBatch completes
+		// it, and a request txPick failed has completed already.
+		t.written()
+		done := qp.txWritten()
+		return qp.txDirectMore(), true, done
 	}
 	fpdus := t.w.FPDUs()
 	t.pend = t.w.Pending()
@@ -211,7 +248,11 @@ func (qp *QP) txDirectRun() {
 	if err == nil {
 		err = t.derr
 	}
-	qp.stats.txDirect.Add(1)
+	if all {
+		qp.stats.txPolled.Add(1)
+	} else {
+		qp.stats.txDirect.Add(1)
+	}
 	if t.dn > 0 {
 		qp.stats.txBytes.Add(uint64(t.dn))
 		qp.stats.txWritevs.Add(1)
@@ -219,16 +260,19 @@ func (qp *QP) txDirectRun() {
 	if (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR)) || !t.w.Wrote(t.dn) {
 		// The rest (or the error) is the send goroutine's write.
 		t.rest, t.restFPDUs = true, fpdus
-		qp.stats.txDirectRest.Add(1)
+		if all {
+			qp.stats.txPolledRest.Add(1)
+		} else {
+			qp.stats.txDirectRest.Add(1)
+		}
 		qp.txDirectEnd(true)
-		return
+		return true, false, true
 	}
 	qp.stats.txFPDUs.Add(uint64(fpdus))
 	t.written()
 	// txWritten and then txDirectMore under one hold of sqMu: the
 	// batch's work requests complete, and the engine has more to do
 	// when the SQ or the IRQ has, or the QP changed meanwhile.
-	var more bool
 	if t.completedUpTo != t.queuedUpTo {
 		qp.sqMu.Lock()
 		ok := qp.txWrittenLocked()
@@ -241,7 +285,7 @@ func (qp *QP) txDirectRun() {
 	} else {
 		more = qp.txDirectMore()
 	}
-	qp.txDirectEnd(more)
+	return more, true, true
 }
 
 // txDirectEnd gives the engine back after a direct send: to a new send

@@ -40,6 +40,7 @@ type perfClientFlags struct {
 	parallel, depth int
 	crc, json, tcp  bool
 	pingpong        bool
+	sendGoroutine   bool
 	server          bool // -s given to a client: refused (iperf3's -s is the server)
 	tcpAddr         string
 	connectTimeout  time.Duration
@@ -159,6 +160,9 @@ func newPerfOpCmd(op string) *cobra.Command {
 	if op == "send" {
 		fl.BoolVar(&f.pingpong, "pingpong", false, "one Send at a time, echoed by the responder: measure the round trip")
 	}
+	if op != "read" {
+		fl.BoolVar(&f.sendGoroutine, "send-goroutine", false, "write on each QP's send goroutine instead of the goroutine that waits for the completions (rdmap.QPConfig.PollTx off), to compare")
+	}
 	return cmd
 }
 
@@ -213,6 +217,7 @@ func perfClientOptions(cmd *cobra.Command, opName, addr string, f *perfClientFla
 		Interval:       time.Duration(f.interval),
 		CRC:            f.crc,
 		ConnectTimeout: f.connectTimeout,
+		SendGoroutine:  f.sendGoroutine,
 	}
 	switch {
 	case f.server:

@@ -282,6 +282,7 @@ func TestPerfFlags(t *testing.T) {
 		{[]string{"write", "--connect-timeout", "0s", "127.0.0.1:1"}, "--connect-timeout 0s"},
 		{[]string{"send", "--pingpong", "-d", "4", "127.0.0.1:1"}, "--pingpong keeps one message in flight"},
 		{[]string{"read", "--pingpong", "127.0.0.1:1"}, "unknown flag: --pingpong"},
+		{[]string{"read", "--send-goroutine", "127.0.0.1:1"}, "unknown flag: --send-goroutine"},
 		{[]string{"-s", "write", "127.0.0.1:1"}, "-s runs the responder"},
 		{[]string{"write", "-s", "16K", "127.0.0.1:1"}, "-s runs the responder"},
 		{[]string{"write", "--tcp-addr", "x", "127.0.0.1:1"}, `--tcp-addr: "x" is not HOST:PORT`},

@@ -36,6 +36,16 @@ type Options struct {
 	// CRC asks for MPA CRC32c (mpa.CRCOn); the result says whether the
 	// responder took it.
 	CRC bool
+	// SendGoroutine keeps a Write or Send stream's send engine on the
+	// QP's send goroutine. By default the stream's QP has
+	// rdmap.QPConfig.PollTx: the goroutine that posts and waits for the
+	// completions also frames and writes, so that one thread carries the
+	// stream, as iperf3's does. Between a client and a responder on one
+	// host the send goroutine beside the poster took CPU the responder
+	// needed: 64-byte Writes on two CPUs went from 15.7-21.4 to 19.6-26.7
+	// Mops/s with PollTx, 64-byte Sends from 10.4-13.3 to 11.6-14.6
+	// (five interleaved runs each, 2026-12-06).
+	SendGoroutine bool
 	// Device, when set, is the device the streams' QPs live on; nil
 	// makes one for the run.
 	Device *rdmap.Device

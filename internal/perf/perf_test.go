@@ -121,14 +121,22 @@ func untilAllWorked(t *testing.T, inner func(*Interval)) (context.Context, func(
 // did.
 func TestRun(t *testing.T) {
 	for _, op := range []Op{OpWrite, OpRead, OpSend, OpPingPong} {
-		for _, crc := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%v/crc=%v", op, crc), func(t *testing.T) {
+		for _, v := range []struct{ crc, sendGoroutine bool }{{false, false}, {true, false}, {false, true}} {
+			crc := v.crc
+			if v.sendGoroutine && op != OpWrite && op != OpSend {
+				continue // the option is a Write's or a Send's
+			}
+			name := fmt.Sprintf("%v/crc=%v", op, crc)
+			if v.sendGoroutine {
+				name += "/send-goroutine"
+			}
+			t.Run(name, func(t *testing.T) {
 				addr, ev, stop := startServer(t, nil)
 				var mu sync.Mutex
 				var infos []StreamInfo
 				var ivs int
 				ctx, onInterval := untilAllWorked(t, func(*Interval) { ivs++ })
-				o := &Options{Op: op, Size: 16 << 10, Depth: 8, Parallel: 2, CRC: crc,
+				o := &Options{Op: op, Size: 16 << 10, Depth: 8, Parallel: 2, CRC: crc, SendGoroutine: v.sendGoroutine,
 					Duration: time.Hour, Interval: 50 * time.Millisecond,
 					OnConnect:  func(si StreamInfo) { mu.Lock(); infos = append(infos, si); mu.Unlock() },
 					OnInterval: onInterval}

@@ -147,7 +147,8 @@ func dialRDMA(ctx context.Context, addr string, o *Options, dev *rdmap.Device, i
 	s.release = append(s.release, s.cq.Close)
 	if s.qp, err = pd.CreateQP(&rdmap.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: p.Depth + 2, MaxRecvWR: s.nrecv,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: ctrlLen,
-		PollRx: p.Op == OpPingPong}); err != nil { // a ping-pong's waiter receives itself
+		PollRx: p.Op == OpPingPong, // a ping-pong's waiter receives itself
+		PollTx: !o.SendGoroutine && (p.Op == OpWrite || p.Op == OpSend)}); err != nil {
 		return nil, err
 	}
 	s.release = append(s.release, s.qp.Close)

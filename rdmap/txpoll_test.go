@@ -1,0 +1,331 @@
+package rdmap_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gosiw/gosiw/rdmap"
+	"github.com/gosiw/gosiw/rdmap/rdmaptest"
+)
+
+// pollTxPair connects a (acfg with PollTx, the initiator) and b (acfg
+// without) over loopback TCP whose a end has a send buffer of sndbuf
+// bytes (0: the system's), with the options o.
+func pollTxPair(t *testing.T, acfg rdmap.QPConfig, sndbuf int, o *rdmaptest.Options) (*side, *side) {
+	t.Helper()
+	bcfg := acfg
+	acfg.PollTx = true
+	a := newSide(t, newDevice(t), acfg)
+	b := newSide(t, newDevice(t), bcfg)
+	ca, cb := rdmaptest.ConnPair(t, false)
+	if sndbuf > 0 {
+		if err := ca.(*net.TCPConn).SetWriteBuffer(sndbuf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdmaptest.Start(t, a.qp, b.qp, ca, cb, o)
+	t.Cleanup(func() {
+		a.qp.Close()
+		b.qp.Close()
+		rdmaptest.WaitDone(t, a.qp, 10*time.Second)
+		rdmaptest.WaitDone(t, b.qp, 10*time.Second)
+	})
+	return a, b
+}
+
+// TestPollTxStream streams Writes or Sends from a PollTx QP whose
+// application posts lists and waits for their completions (the shape the
+// mode is for): every byte arrives where it was sent, every list's
+// signaled completion comes in order, and the waiter's goroutine wrote
+// batches (QPStats.TxPolled). Large messages through a small send buffer
+// take the rest path: the socket does not take a whole batch, the send
+// goroutine writes the rest (TxPolledRest) and parks again for the next
+// Wait.
+func TestPollTxStream(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		op         rdmap.WROpcode
+		size, n    int
+		sndbuf     int
+		crc        bool
+		wantRest   bool
+		list, wind int
+	}{
+		{"write-64", rdmap.WRWrite, 64, 20000, 0, false, false, 32, 2048},
+		{"send-64", rdmap.WRSend, 64, 20000, 0, false, false, 32, 1024},
+		{"write-64-crc", rdmap.WRWrite, 64, 5000, 0, true, false, 32, 2048},
+		{"send-4000-crc", rdmap.WRSend, 4000, 2000, 0, true, false, 8, 256},
+		{"write-256k-small-sndbuf", rdmap.WRWrite, 256 << 10, 48, 64 << 10, false, true, 4, 16},
+		{"send-100k-small-sndbuf", rdmap.WRSend, 100 << 10, 60, 64 << 10, true, true, 4, 16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// No idle timer: every batch but a rest is the waiter's.
+			a, b := pollTxPair(t, rdmap.QPConfig{MaxSendWR: c.wind + 1, MaxRecvWR: c.wind + 1, PollTxIdle: time.Hour}, c.sndbuf, &rdmaptest.Options{CRC: c.crc})
+			// The send goroutine Start began has passed the gate and
+			// parked (nothing is posted yet).
+			rdmap.WaitTxParked(a.qp)
+			r := rand.New(rand.NewPCG(uint64(c.size), uint64(c.n)))
+			// Message i is at (i % slots) * size of the source and lands
+			// at i * size of the sink (Sends: receive i), so that every
+			// message's bytes are checked; the source has fewer slots,
+			// rewritten between rounds of slots messages.
+			slots := min(c.n, max(1, (4<<20)/c.size))
+			src := randBytes(r, slots*c.size)
+			want := make([]byte, c.n*c.size)
+			for i := range c.n {
+				copy(want[i*c.size:], src[(i%slots)*c.size:][:c.size])
+			}
+			sink := make([]byte, c.n*c.size)
+			smr := a.reg(t, src, rdmap.AccessLocalWrite)
+			dmr := b.reg(t, sink, rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+			fin := make([]byte, 8)
+			fmr := b.reg(t, fin, rdmap.AccessLocalWrite)
+			errc, ready := make(chan error, 1), make(chan struct{})
+			cr := &recvCredit{more: make(chan struct{}, 1)}
+			go func() { errc <- receiveAll(b, dmr, fmr, c.op, c.size, c.n, c.wind, cr, ready) }()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			wrs := make([]rdmap.SendWR, c.list)
+			wcs := make([]rdmap.WC, 16)
+			var posted, retired int
+			// The receiver posts its receives before a Send may go (iWARP
+			// has no receiver-not-ready retry): the first window, and one
+			// more for each it reaps.
+			select {
+			case <-ready:
+			case err := <-errc:
+				t.Fatal(err)
+			}
+			for retired < c.n {
+				limit := c.n
+				if c.op == rdmap.WRSend {
+					limit = min(limit, int(cr.posted.Load()))
+				}
+				for posted < limit && posted-retired+c.list <= c.wind {
+					k := min(c.list, limit-posted)
+					for j := range k {
+						i := posted + j
+						wrs[j] = rdmap.SendWR{ID: uint64(i), Op: c.op, SGL: []rdmap.SGE{smr.SGE((i%slots)*c.size, c.size)},
+							Remote: rdmap.Remote{STag: dmr.STag(), Offset: uint64(i * c.size)}, Signaled: j == k-1}
+					}
+					if _, err := a.qp.PostSends(wrs[:k]); err != nil {
+						t.Fatalf("post %d (retired %d, k %d): %v", posted, retired, k, err)
+					}
+					posted += k
+				}
+				if posted == retired {
+					// Nothing outstanding: waiting for the receiver's credit.
+					select {
+					case <-cr.more:
+					case err := <-errc:
+						t.Fatalf("receiver ended early: %v", err)
+					case <-ctx.Done():
+						t.Fatal(ctx.Err())
+					}
+					continue
+				}
+				k := a.cq.Poll(wcs)
+				if k == 0 {
+					if err := a.cq.Wait(ctx); err != nil {
+						t.Fatalf("waiting with %d of %d retired: %v", retired, c.n, err)
+					}
+					continue
+				}
+				for _, wc := range wcs[:k] {
+					if wc.Status != rdmap.WCSuccess || int(wc.ID) < retired || int(wc.ID) >= posted {
+						t.Fatalf("completion %+v with %d..%d outstanding", wc, retired, posted-1)
+					}
+					retired = int(wc.ID) + 1
+				}
+			}
+			// A Send after the Writes: placed after them (Sends: the
+			// receiver's last receive is this one).
+			mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 1 << 40, Op: rdmap.WRSend, SGL: []rdmap.SGE{smr.SGE(0, 8)}, Signaled: true}))
+			expectWC(t, poll(t, a.cq), 1<<40, rdmap.WCSend, rdmap.WCSuccess)
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(sink, want) {
+				i := 0
+				for sink[i] == want[i] {
+					i++
+				}
+				t.Fatalf("byte %d (message %d) differs", i, i/c.size)
+			}
+			st := a.qp.Stats()
+			t.Logf("%+v", st)
+			if st.TxPolled == 0 {
+				t.Fatal("no batch was written on the waiting goroutine (TxPolled 0)")
+			}
+			if c.size <= 4096 && st.TxPolledRest == 0 && st.TxWritevs != st.TxPolled+st.TxDirect {
+				// Without a rest every batch is the waiter's (or, the final
+				// lone Send, a direct send's): no send goroutine wrote one.
+				t.Fatalf("%d writevs, %d by waiters and %d direct: a send goroutine wrote batches", st.TxWritevs, st.TxPolled, st.TxDirect)
+			}
+			if c.wantRest && st.TxPolledRest == 0 {
+				t.Fatalf("a %d-byte send buffer took every batch of %d-byte messages whole (TxPolledRest 0)", c.sndbuf, c.size)
+			}
+		})
+	}
+}
+
+// recvCredit is how many receives TestPollTxStream's receiver has
+// posted; more holds a wake-up sent after each update.
+type recvCredit struct {
+	posted atomic.Int64
+	more   chan struct{}
+}
+
+// receiveAll is TestPollTxStream's receiver: for Sends it keeps up to
+// wind receives posted, publishing their count in cr, checks each
+// completion in order and reposts, then takes the final Send; for
+// Writes only the final Send. It closes ready once its first receives
+// are posted.
+func receiveAll(b *side, dmr, fmr *rdmap.MR, op rdmap.WROpcode, size, n, wind int, cr *recvCredit, ready chan<- struct{}) error {
+	post := func(i int) error {
+		var err error
+		if i == n {
+			err = b.qp.PostRecv(rdmap.RecvWR{ID: 1 << 40, SGL: []rdmap.SGE{fmr.SGE(0, 8)}})
+		} else {
+			err = b.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{dmr.SGE(i*size, size)}})
+		}
+		cr.posted.Store(int64(i + 1))
+		select {
+		case cr.more <- struct{}{}:
+		default:
+		}
+		return err
+	}
+	start := n // the first receive: after Writes, the final Send's
+	if op == rdmap.WRSend {
+		start = 0
+	}
+	next := start
+	for ; next < min(start+wind, n+1); next++ {
+		if err := post(next); err != nil {
+			return err
+		}
+	}
+	close(ready)
+	for i := start; i <= n; i++ {
+		wc, err := waitCompletion(b.cq)
+		if err != nil {
+			return fmt.Errorf("receive %d: %w", i, err)
+		}
+		want := uint64(i)
+		if i == n {
+			want = 1 << 40
+		}
+		if wc.ID != want || wc.Status != rdmap.WCSuccess || wc.Op != rdmap.WCRecv {
+			return fmt.Errorf("receive completion %+v, want id %d", wc, want)
+		}
+		if next <= n {
+			if err := post(next); err != nil {
+				return err
+			}
+			next++
+		}
+	}
+	return nil
+}
+
+// TestPollTxWithoutWait: work a PollTx QP queues is sent although its
+// application never waits on the send CQ (it only polls the receive CQ
+// for the answers): the idle timer gives it to the send goroutine, and
+// no batch is written on a waiter's goroutine.
+func TestPollTxWithoutWait(t *testing.T) {
+	dev := newDevice(t)
+	pd := dev.AllocPD()
+	scq, err := dev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcq, err := dev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: scq, RecvCQ: rcq, PollTx: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &side{dev: dev, pd: pd, cq: rcq, qp: qp}
+	b := newSide(t, newDevice(t), rdmap.QPConfig{})
+	rdmaptest.Connect(t, a.qp, b.qp, nil)
+	buf := []byte("0123456789abcdef")
+	amr := a.reg(t, buf, rdmap.AccessLocalWrite)
+	bbuf := make([]byte, 16*len(buf))
+	bmr := b.reg(t, bbuf, rdmap.AccessLocalWrite)
+	const rounds, per = 5, 3
+	for r := range rounds {
+		for i := range per {
+			mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: uint64(r*per + i), SGL: []rdmap.SGE{bmr.SGE((r*per+i)*len(buf), len(buf))}}))
+		}
+		// A list (never a direct send, which writes a lone request on
+		// the poster's goroutine in both modes).
+		wrs := make([]rdmap.SendWR, per)
+		for i := range wrs {
+			wrs[i] = rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{amr.SGE(0, len(buf))}}
+		}
+		if _, err := a.qp.PostSends(wrs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range per {
+			expectWC(t, poll(t, b.cq), uint64(r*per+i), rdmap.WCRecv, rdmap.WCSuccess)
+		}
+	}
+	for i := range rounds * per {
+		if !bytes.Equal(bbuf[i*len(buf):][:len(buf)], buf) {
+			t.Fatalf("message %d: %q", i, bbuf[i*len(buf):][:len(buf)])
+		}
+	}
+	if st := a.qp.Stats(); st.TxPolled != 0 || st.TxWritevs == 0 {
+		t.Fatalf("stats %+v: want writes by the send goroutine only", st)
+	}
+}
+
+// TestPollTxOneQPPerCQ: a send CQ drives one PollTx QP at a time, and
+// PollTxIdle may not be negative.
+func TestPollTxOneQPPerCQ(t *testing.T) {
+	dev := newDevice(t)
+	pd := dev.AllocPD()
+	cq, err := dev.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := dev.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: other, PollTx: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: other, PollTx: true}); !errors.Is(err, rdmap.ErrConfig) {
+		t.Fatalf("second PollTx QP on one send CQ: %v, want ErrConfig", err)
+	}
+	// The CQ may still serve QPs without PollTx, and be another
+	// PollTx QP's receive CQ.
+	for _, cfg := range []rdmap.QPConfig{{SendCQ: cq, RecvCQ: other}, {SendCQ: other, RecvCQ: cq, PollTx: true}} {
+		qp, err := pd.CreateQP(&cfg)
+		if err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		qp.Close()
+	}
+	first.Close()
+	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: other, PollTx: true})
+	if err != nil {
+		t.Fatalf("PollTx QP once the first is closed: %v", err)
+	}
+	qp.Close()
+	if _, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: other, RecvCQ: other, PollTx: true, PollTxIdle: -time.Millisecond}); !errors.Is(err, rdmap.ErrConfig) {
+		t.Fatalf("negative PollTxIdle: %v, want ErrConfig", err)
+	}
+}
