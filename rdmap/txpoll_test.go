@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
@@ -327,5 +329,61 @@ func TestPollTxOneQPPerCQ(t *testing.T) {
 	qp.Close()
 	if _, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: other, RecvCQ: other, PollTx: true, PollTxIdle: -time.Millisecond}); !errors.Is(err, rdmap.ErrConfig) {
 		t.Fatalf("negative PollTxIdle: %v, want ErrConfig", err)
+	}
+}
+
+// TestPollTxFault: a PollTx waiter whose batch reads registered memory
+// that faults (a file mapping truncated under it) fails the QP with
+// ErrMemoryFault and the local catastrophic Terminate, on the waiting
+// goroutine, without a panic and without writing any of the batch: the
+// Wait returns with the work requests flushed, and the peer reads the
+// Terminate and then the end of the stream.
+func TestPollTxFault(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) {
+			v := newSide(t, newDevice(t), rdmap.QPConfig{PollTx: true, PollTxIdle: time.Hour})
+			p := rdmaptest.NewRawPeer(t, v.qp, &rdmaptest.Options{CRC: crc}, false)
+			p.Write(0x100, 0, nil, true)
+			// Received: the send engine has passed its gate, and parks.
+			waitFor(t, "the first FPDU received", func() bool { return v.qp.Stats().RxFPDUs >= 1 })
+			page := unix.Getpagesize()
+			mem, f := rdmap.TruncatableMapping(t, 4)
+			mr := v.reg(t, mem, rdmap.AccessLocalWrite)
+			if err := f.Truncate(int64(page)); err != nil {
+				t.Fatal(err)
+			}
+			rdmap.WaitTxParked(v.qp)
+			// The second Send's source is past the new end: its copy
+			// into the batch faults.
+			if _, err := v.qp.PostSends([]rdmap.SendWR{
+				{ID: 1, Op: rdmap.WRSend, SGL: []rdmap.SGE{mr.SGE(0, 64)}},
+				{ID: 2, Op: rdmap.WRSend, SGL: []rdmap.SGE{mr.SGE(2*page, 64)}, Signaled: true},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if st := v.qp.Stats(); st.TxFPDUs != 0 || st.TxDirect != 0 {
+				t.Fatalf("stats %+v before the Wait: the posts sent something", st)
+			}
+			// The Wait builds the batch, and faults. (The flushed
+			// completions come once the QP has ended, after the peer's
+			// close or the QP's own timeout: the Wait is left to its
+			// context.)
+			ctx, cancel := context.WithCancel(context.Background())
+			waited := make(chan error, 1)
+			go func() { waited <- v.cq.Wait(ctx) }()
+			waitFor(t, "the QP failed", func() bool { return v.qp.Err() != nil })
+			if err := v.qp.Err(); !errors.Is(err, rdmap.ErrMemoryFault) {
+				t.Fatalf("QP error %v after the faulting batch, want ErrMemoryFault", err)
+			}
+			if st := v.qp.Stats(); st.TxFPDUs != 0 || st.TxPolled != 0 {
+				t.Fatalf("stats %+v: the faulting batch was written", st)
+			}
+			p.ExpectTerminate(20 * time.Second)
+			p.ExpectEOF(20 * time.Second)
+			cancel()
+			if err := <-waited; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Wait: %v", err)
+			}
+		})
 	}
 }
