@@ -688,17 +688,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	t := &qp.tx
 	if !t.rest {
 		t.w.Reset()
-		for !qp.broken.Load() {
-			if t.job == jobNone && !qp.txPick() {
-				break
-			}
-			if !qp.txEmitSmall() {
-				break
-			}
-			if t.job != jobNone && !qp.txEmit() {
-				break
-			}
-		}
+		qp.txFill()
 	}
 	sent := !t.w.Empty()
 	var err error
@@ -721,6 +711,23 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 		return sent, err
 	}
 	return qp.txWritten() || sent, nil
+}
+
+// txFill queues jobs into the batch until it is full, nothing is
+// runnable or the QP broke.
+func (qp *QP) txFill() {
+	t := &qp.tx
+	for !qp.broken.Load() {
+		if t.job == jobNone && !qp.txPick() {
+			return
+		}
+		if !qp.txEmitSmall() {
+			return
+		}
+		if t.job != jobNone && !qp.txEmit() {
+			return
+		}
+	}
 }
 
 // txWritten completes what the batch just written held: its Sends,

@@ -205,18 +205,7 @@ func (qp *QP) txDirectBatch(all bool) (more, held, progressed bool) {
 	}()
 	switch {
 	case all:
-		// txBatch's loop.
-		for !qp.broken.Load() {
-			if t.job == jobNone && !qp.txPick() {
-				break
-			}
-			if !qp.txEmitSmall() {
-				break
-			}
-			if t.job != jobNone && !qp.txEmit() {
-				break
-			}
-		}
+		qp.txFill() // txBatch's
 	case t.job != jobNone:
 		// One job: the one txDirectStartLocked started (the engine took
 		// none before it), framed by txEmitOne when it is one small

@@ -21,12 +21,7 @@ func TestDirectSendFault(t *testing.T) {
 	for _, crc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) {
 			v, p, _, _ := directVictim(t, crc)
-			page := unix.Getpagesize()
-			mem, f := rdmap.TruncatableMapping(t, 4)
-			mr := v.reg(t, mem, rdmap.AccessLocalWrite)
-			if err := f.Truncate(int64(page)); err != nil {
-				t.Fatal(err)
-			}
+			mr, page := truncatedSource(t, v)
 			rdmap.WaitTxParked(v.qp)
 			// Past the new end: the copy into the FPDU faults.
 			mustPost(t, v.qp.PostSend(rdmap.SendWR{ID: 1, Op: rdmap.WRSend, SGL: []rdmap.SGE{mr.SGE(2*page, 64)}, Signaled: true}))
@@ -37,4 +32,18 @@ func TestDirectSendFault(t *testing.T) {
 			p.ExpectEOF(20 * time.Second)
 		})
 	}
+}
+
+// truncatedSource registers on v four pages of a file mapping of which
+// the file keeps only the first (page bytes): a copy from past it
+// faults.
+func truncatedSource(t *testing.T, v *side) (*rdmap.MR, int) {
+	t.Helper()
+	page := unix.Getpagesize()
+	mem, f := rdmap.TruncatableMapping(t, 4)
+	mr := v.reg(t, mem, rdmap.AccessLocalWrite)
+	if err := f.Truncate(int64(page)); err != nil {
+		t.Fatal(err)
+	}
+	return mr, page
 }

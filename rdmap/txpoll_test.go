@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gosiw/gosiw/rdmap"
 	"github.com/gosiw/gosiw/rdmap/rdmaptest"
 )
@@ -346,12 +344,7 @@ func TestPollTxFault(t *testing.T) {
 			p.Write(0x100, 0, nil, true)
 			// Received: the send engine has passed its gate, and parks.
 			waitFor(t, "the first FPDU received", func() bool { return v.qp.Stats().RxFPDUs >= 1 })
-			page := unix.Getpagesize()
-			mem, f := rdmap.TruncatableMapping(t, 4)
-			mr := v.reg(t, mem, rdmap.AccessLocalWrite)
-			if err := f.Truncate(int64(page)); err != nil {
-				t.Fatal(err)
-			}
+			mr, page := truncatedSource(t, v)
 			rdmap.WaitTxParked(v.qp)
 			// The second Send's source is past the new end: its copy
 			// into the batch faults.
