@@ -58,6 +58,9 @@ type CQ struct {
 	// notified: a wake-up is pending in notify, or about to be sent, or
 	// taken by a waiter that has not looked at the CQ since (wakeWaiter).
 	notified atomic.Bool
+	// asleep counts the waiters blocked in Wait's select (for tests:
+	// WaitCQAsleep).
+	asleep atomic.Int32
 
 	// The polling mode (rxpoll.go): poll is the PollRx QP whose receive
 	// CQ this is; driving is set while a waiter runs the receive engine
@@ -204,10 +207,13 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if qp := cq.poll.Load(); qp != nil && ctx.Err() == nil && qp.rxDrive(cq, ctx) {
 			continue // the QP's receive ran here (PollRx): look again
 		}
+		cq.asleep.Add(1)
 		select {
 		case <-cq.notify:
+			cq.asleep.Add(-1)
 			cq.notified.Store(false) // before the next look at the CQ (wakeWaiter)
 		case <-ctx.Done():
+			cq.asleep.Add(-1)
 			return ctx.Err()
 		}
 	}

@@ -22,6 +22,19 @@ func WaitRxFree(qp *QP) {
 	}
 }
 
+// WaitCQAsleep waits until a goroutine is blocked in cq.Wait, for at most
+// 20 s, and reports whether one is.
+func WaitCQAsleep(cq *CQ) bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for cq.asleep.Load() == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
+}
+
 // WaitRxDriven waits until a waiter runs qp's receive engine (PollRx),
 // for at most 20 s (a kick lost would leave the engine with the receive
 // goroutine until its 60 s stall deadline), and reports whether it does.

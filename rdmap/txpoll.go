@@ -33,6 +33,7 @@ import (
 //
 // PostSend and PostSends of a PollTx QP ring the doorbell without
 // starting a send goroutine (ringPost) and, while the engine is parked,
+// wake a waiter asleep on the send CQ (it looks again and drives) and
 // arm the idle timer, once per PollTxIdle at most: when it fires and the
 // doorbell is still pending with the engine parked, it rings as without
 // PollTx (ring starts the goroutine). So no queued work waits longer
@@ -68,10 +69,23 @@ func (qp *QP) ringPost() {
 	default:
 	}
 	// The doorbell before the look at the state, as in ring: an engine
-	// that parks after this look serves it (txPark, txDirectEnd).
-	if t.state.Load() == txParked && !t.idleArmed.Load() && !t.idleArmed.Swap(true) {
+	// that parks after this look serves it (txPark, txDirectEnd) or
+	// leaves it as this does (txPollPark).
+	if t.state.Load() == txParked {
+		qp.txPollLeave()
+	}
+}
+
+// txPollLeave leaves the rung doorbell of a parked PollTx engine to the
+// next Wait: it wakes a waiter asleep on the send CQ (which drives the
+// engine when it looks again; one that is not asleep looks before it
+// sleeps) and arms the idle timer, for when nobody waits.
+func (qp *QP) txPollLeave() {
+	t := &qp.tx
+	if !t.idleArmed.Load() && !t.idleArmed.Swap(true) {
 		t.idle.Reset(qp.cfg.PollTxIdle)
 	}
+	qp.scq.wakeWaiter()
 }
 
 // txPollIdle is the idle timer's function: work still waiting for a
@@ -128,7 +142,10 @@ func (qp *QP) txDrive(ctx context.Context) bool {
 // to exit; false: it carries on.
 func (qp *QP) txPollPark() bool {
 	t := &qp.tx
-	if t.job != jobNone || qp.broken.Load() || !qp.rtsNow() || !qp.irqEmpty() {
+	if t.job != jobNone || qp.broken.Load() || !qp.rtsNow() {
+		return false
+	}
+	if irq, _ := qp.txQueued(); irq {
 		return false
 	}
 	t.state.Store(txParked)
@@ -136,18 +153,28 @@ func (qp *QP) txPollPark() bool {
 	// once the engine is parked; a change before the store found it
 	// running: look again, and take the engine back for it unless
 	// another holder has taken it since.
-	if qp.broken.Load() || !qp.rtsNow() || !qp.irqEmpty() {
+	irq, sq := qp.txQueued()
+	if irq || qp.broken.Load() || !qp.rtsNow() {
 		return !t.state.CompareAndSwap(txParked, txRunning)
 	}
-	if len(qp.bell) != 0 && !t.idleArmed.Swap(true) {
-		t.idle.Reset(qp.cfg.PollTxIdle)
+	// Work posted while the goroutine ran rang a doorbell that woke
+	// nobody (the engine was not parked): it is the next Wait's, and a
+	// waiter may be asleep already. The doorbell stays (or is rung) for
+	// txDrive's look.
+	if sq || len(qp.bell) != 0 {
+		select {
+		case qp.bell <- struct{}{}:
+		default:
+		}
+		qp.txPollLeave()
 	}
 	return true
 }
 
-// irqEmpty reports whether no response is queued.
-func (qp *QP) irqEmpty() bool {
+// txQueued reports whether a response is queued (irq) and whether the SQ
+// holds work the engine has not taken (sq).
+func (qp *QP) txQueued() (irq, sq bool) {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.irq.empty()
+	return !qp.irq.empty(), qp.sqNext != qp.sqTail.Load()
 }

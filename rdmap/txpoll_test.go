@@ -380,3 +380,195 @@ func TestPollTxFault(t *testing.T) {
 		})
 	}
 }
+
+// TestPollTxPostFromAnotherGoroutine: a waiter asleep on the send CQ of
+// a parked PollTx QP sends what another goroutine posts (the post wakes
+// it), with no idle timer to fall back on.
+func TestPollTxPostFromAnotherGoroutine(t *testing.T) {
+	a, b := pollTxPair(t, rdmap.QPConfig{PollTxIdle: time.Hour}, 0, &rdmaptest.Options{})
+	rdmap.WaitTxParked(a.qp)
+	src := []byte("from another goroutine, one of a list")
+	smr := a.reg(t, src, rdmap.AccessLocalWrite)
+	dst := make([]byte, 3*len(src))
+	dmr := b.reg(t, dst, rdmap.AccessLocalWrite)
+	for i := range 3 {
+		mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: uint64(i), SGL: []rdmap.SGE{dmr.SGE(i*len(src), len(src))}}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- a.cq.Wait(ctx) }()
+	if !rdmap.WaitCQAsleep(a.cq) {
+		t.Fatal("the waiter never blocked")
+	}
+	wrs := make([]rdmap.SendWR, 3)
+	for i := range wrs {
+		wrs[i] = rdmap.SendWR{ID: uint64(i), Op: rdmap.WRSend, SGL: []rdmap.SGE{smr.SGE(0, len(src))}, Signaled: i == 2}
+	}
+	if _, err := a.qp.PostSends(wrs); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the waiter: %v (the list was never sent)", err)
+	}
+	expectWC(t, poll(t, a.cq), 2, rdmap.WCSend, rdmap.WCSuccess)
+	for i := range 3 {
+		expectWC(t, poll(t, b.cq), uint64(i), rdmap.WCRecv, rdmap.WCSuccess)
+	}
+	if !bytes.Equal(dst, bytes.Repeat(src, 3)) {
+		t.Fatalf("received %q", dst)
+	}
+}
+
+// TestPollTxRandomLists streams Writes of random sizes in lists of random
+// lengths, only each list's last signaled, through a small send buffer,
+// with no idle timer: whatever the socket leaves to the send goroutine,
+// and wherever a batch ends, the poster's Waits see every list complete
+// (no work is left in a parked engine for a waiter asleep) and every byte
+// arrives.
+func TestPollTxRandomLists(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			a, b := pollTxPair(t, rdmap.QPConfig{MaxSendWR: 64, PollTxIdle: time.Hour}, 64<<10, &rdmaptest.Options{})
+			rdmap.WaitTxParked(a.qp)
+			r := rand.New(rand.NewPCG(seed, 77))
+			const n = 200
+			sizes := make([]int, n)
+			offs := make([]int, n+1)
+			for i := range sizes {
+				sizes[i] = 1 + r.IntN(300<<10)
+				offs[i+1] = offs[i] + sizes[i]
+			}
+			src := randBytes(r, offs[n])
+			dst := make([]byte, offs[n])
+			smr := a.reg(t, src, rdmap.AccessLocalWrite)
+			dmr := b.reg(t, dst, rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+			fin := make([]byte, 1)
+			fmr := b.reg(t, fin, rdmap.AccessLocalWrite)
+			mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: 9, SGL: []rdmap.SGE{fmr.SGE(0, 1)}}))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var wcs [4]rdmap.WC
+			for i := 0; i < n; {
+				k := min(n-i, 1+r.IntN(8))
+				wrs := make([]rdmap.SendWR, k)
+				for j := range wrs {
+					m := i + j
+					wrs[j] = rdmap.SendWR{ID: uint64(m), Op: rdmap.WRWrite, SGL: []rdmap.SGE{smr.SGE(offs[m], sizes[m])},
+						Remote: rdmap.Remote{STag: dmr.STag(), Offset: uint64(offs[m])}, Signaled: j == k-1}
+				}
+				if _, err := a.qp.PostSends(wrs); err != nil {
+					t.Fatal(err)
+				}
+				i += k
+				for {
+					if got := a.cq.Poll(wcs[:]); got > 0 {
+						expectWC(t, wcs[0], uint64(i-1), rdmap.WCWrite, rdmap.WCSuccess)
+						break
+					}
+					if err := a.cq.Wait(ctx); err != nil {
+						t.Fatalf("list ending at %d: %v (stats %+v)", i-1, err, a.qp.Stats())
+					}
+				}
+			}
+			mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 10, Op: rdmap.WRSend, SGL: []rdmap.SGE{smr.SGE(0, 1)}}))
+			expectWC(t, poll(t, b.cq), 9, rdmap.WCRecv, rdmap.WCSuccess)
+			if !bytes.Equal(dst, src) {
+				t.Fatal("data differs")
+			}
+			t.Logf("%+v", a.qp.Stats())
+		})
+	}
+}
+
+// TestPollTxConcurrentPoster: one goroutine posts lists of Writes of
+// random sizes (each list's last signaled) while another waits for their
+// completions, through a small send buffer and with no idle timer: work
+// posted while the send goroutine writes a rest is sent when it parks
+// (the waiter asleep meanwhile is woken to drive it), every list
+// completes and every byte arrives.
+func TestPollTxConcurrentPoster(t *testing.T) {
+	a, b := pollTxPair(t, rdmap.QPConfig{MaxSendWR: 256, PollTxIdle: time.Hour}, 64<<10, &rdmaptest.Options{})
+	rdmap.WaitTxParked(a.qp)
+	r := rand.New(rand.NewPCG(5, 6))
+	// A window of about one batch (mpa.WriterMaxBytes): the waiter's
+	// batch often holds all that is posted, the socket takes part of it,
+	// and the poster posts more while the send goroutine writes the rest
+	// (which then parks, leaving that to the waiter).
+	const n, window = 600, 8
+	sizes, offs := make([]int, n), make([]int, n+1)
+	for i := range sizes {
+		sizes[i] = 40<<10 + r.IntN(80<<10)
+		if r.IntN(4) == 0 {
+			sizes[i] = 1 + r.IntN(256)
+		}
+		offs[i+1] = offs[i] + sizes[i]
+	}
+	src := randBytes(r, offs[n])
+	dst := make([]byte, offs[n])
+	smr := a.reg(t, src, rdmap.AccessLocalWrite)
+	dmr := b.reg(t, dst, rdmap.AccessLocalWrite|rdmap.AccessRemoteWrite)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var retired atomic.Int64 // every request before it has completed
+	more := make(chan struct{}, 1)
+	waiter := make(chan error, 1)
+	go func() {
+		waiter <- func() error {
+			var wcs [8]rdmap.WC
+			for retired.Load() < n {
+				k := a.cq.Poll(wcs[:])
+				if k == 0 {
+					if err := a.cq.Wait(ctx); err != nil {
+						return fmt.Errorf("%d of %d retired: %w (stats %+v)", retired.Load(), n, err, a.qp.Stats())
+					}
+					continue
+				}
+				for _, wc := range wcs[:k] {
+					if wc.Status != rdmap.WCSuccess || int64(wc.ID) < retired.Load() {
+						return fmt.Errorf("completion %+v", wc)
+					}
+					retired.Store(int64(wc.ID) + 1)
+				}
+				select {
+				case more <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		}()
+	}()
+	pr := rand.New(rand.NewPCG(7, 8))
+	for i := 0; i < n; {
+		k := min(n-i, 1+pr.IntN(4))
+		for i+k-int(retired.Load()) > window {
+			select {
+			case <-more:
+			case err := <-waiter:
+				t.Fatalf("the waiter ended: %v", err)
+			}
+		}
+		wrs := make([]rdmap.SendWR, k)
+		for j := range wrs {
+			m := i + j
+			wrs[j] = rdmap.SendWR{ID: uint64(m), Op: rdmap.WRWrite, SGL: []rdmap.SGE{smr.SGE(offs[m], sizes[m])},
+				Remote: rdmap.Remote{STag: dmr.STag(), Offset: uint64(offs[m])}, Signaled: j == k-1}
+		}
+		if _, err := a.qp.PostSends(wrs); err != nil {
+			t.Fatal(err)
+		}
+		i += k
+	}
+	if err := <-waiter; err != nil {
+		t.Fatal(err)
+	}
+	fin := make([]byte, 1)
+	fmr := b.reg(t, fin, rdmap.AccessLocalWrite)
+	mustPost(t, b.qp.PostRecv(rdmap.RecvWR{ID: 9, SGL: []rdmap.SGE{fmr.SGE(0, 1)}}))
+	mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 10, Op: rdmap.WRSend, SGL: []rdmap.SGE{smr.SGE(0, 1)}}))
+	expectWC(t, poll(t, b.cq), 9, rdmap.WCRecv, rdmap.WCSuccess)
+	if !bytes.Equal(dst, src) {
+		t.Fatal("data differs")
+	}
+	t.Logf("%+v", a.qp.Stats())
+}
