@@ -42,9 +42,11 @@ type Options struct {
 	// completions also frames and writes, so that one thread carries the
 	// stream, as iperf3's does. Between a client and a responder on one
 	// host the send goroutine beside the poster took CPU the responder
-	// needed: 64-byte Writes on two CPUs went from 15.7-21.4 to 19.6-26.7
-	// Mops/s with PollTx, 64-byte Sends from 10.4-13.3 to 11.6-14.6
-	// (five interleaved runs each, 2026-12-06).
+	// needed: with PollTx the client of 64-byte Writes on two CPUs used
+	// 34.6-40.7 ns of CPU per message instead of 40.6-50.9, at 21.1-27.6
+	// Mops/s instead of 19.0-25.5, and of 64-byte Sends 57.0-77.7 ns
+	// instead of 65.6-96.3 (four interleaved runs each, 2026-12-06; see
+	// the README).
 	SendGoroutine bool
 	// Device, when set, is the device the streams' QPs live on; nil
 	// makes one for the run.
