@@ -565,3 +565,30 @@ func TestPerfRatioLines(t *testing.T) {
 		}
 	}
 }
+
+// TestPerfJSONSendGoroutine: --send-goroutine is recorded in start, and
+// left out without it.
+func TestPerfJSONSendGoroutine(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, perfLeakOpts...) })
+	addr, _ := perfResponder(t)
+	for _, sg := range []bool{false, true} {
+		args := []string{"write", "--json", "-l", "64", "-t", "100ms", "-i", "0"}
+		if sg {
+			args = append(args, "--send-goroutine")
+		}
+		out, err := runPerfCmd(t, append(args, addr)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var doc struct {
+			Start map[string]any `json:"start"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got, present := doc.Start["send_goroutine"]
+		if present != sg || (sg && got != true) {
+			t.Errorf("--send-goroutine %v: start.send_goroutine %v (present %v)", sg, got, present)
+		}
+	}
+}

@@ -47,6 +47,9 @@ type perfJSONStart struct {
 	Interval float64 `json:"interval"`
 	CRC      bool    `json:"crc"`
 	TCPAddr  string  `json:"tcp_addr,omitempty"`
+	// SendGoroutine: --send-goroutine (a Write's or Send's QP without
+	// rdmap.QPConfig.PollTx).
+	SendGoroutine bool `json:"send_goroutine,omitempty"`
 }
 
 type perfJSONConnected struct {
@@ -140,6 +143,7 @@ func perfStart(o *perf.Options, addr, tcpAddr string, t time.Time) perfJSONStart
 			Duration: int(o.Duration.Round(time.Second) / time.Second), Reverse: reverse},
 		Op: o.Op.String(), Target: addr, Size: o.Size, Depth: o.Depth, Parallel: o.Parallel,
 		Duration: o.Duration.Seconds(), Interval: max(o.Interval, 0).Seconds(), CRC: o.CRC, TCPAddr: tcpAddr,
+		SendGoroutine: o.SendGoroutine,
 	}
 }
 
