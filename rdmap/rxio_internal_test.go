@@ -2,7 +2,6 @@ package rdmap
 
 import (
 	"bytes"
-	"net"
 	"testing"
 	"time"
 
@@ -14,21 +13,7 @@ import (
 // not report the previous readv's byte count as bytes read: it re-arms,
 // retries, and returns what the peer sent.
 func TestReadVecDeadlineNoStaleCount(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	conn, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	peer, conn := tcpPair(t)
 
 	mem := make([]byte, 64)
 	qp, _, mr := engineQP(t, 4, QPConfig{}, mem)

@@ -215,20 +215,7 @@ func BenchmarkTxLoopback(b *testing.B) {
 
 func benchTxLoopback(b *testing.B, inline bool) {
 	const window, k = 8192, 32
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	ca, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cb, err := ln.Accept()
-	if err != nil {
-		ca.Close()
-		b.Fatal(err)
-	}
+	ca, cb := tcpPair(b)
 	qp, cq, src := engineQP(b, window/k+64, QPConfig{MaxSendWR: window}, make([]byte, 64))
 	peer, _, dst := engineQP(b, 64, QPConfig{}, make([]byte, 64))
 	if err := peer.Start(cb, &mpa.Params{IRD: 8, ORD: 8}); err != nil {

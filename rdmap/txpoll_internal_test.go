@@ -10,6 +10,29 @@ import (
 	"github.com/gosiw/gosiw/mpa"
 )
 
+// tcpPair returns the two ends of a loopback TCP connection, the dialer's
+// and the acceptor's, closed when the test ends (a QP that owns one
+// closes it before).
+func tcpPair(tb testing.TB) (net.Conn, net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", testutil.ListenAddr())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { a.Close() })
+	b, err := ln.Accept()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return a, b
+}
+
 // TestTxPollParkWakesWaiter: work posted while the send goroutine holds a
 // PollTx engine rings a doorbell that wakes nobody; when the goroutine
 // then parks after a rest (txPollPark), a waiter already asleep on the
@@ -36,20 +59,7 @@ func TestTxPollParkWakesWaiter(t *testing.T) {
 	}
 	defer qa.Close()
 	defer qb.Close()
-	ln, err := net.Listen("tcp", testutil.ListenAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ca, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := ln.Accept()
-	if err != nil {
-		ca.Close()
-		t.Fatal(err)
-	}
+	ca, cb := tcpPair(t)
 	if err := qb.Start(cb, &mpa.Params{IRD: 8, ORD: 8}); err != nil {
 		t.Fatal(err)
 	}

@@ -243,14 +243,7 @@ func receiveAll(b *side, dmr, fmr *rdmap.MR, op rdmap.WROpcode, size, n, wind in
 func TestPollTxWithoutWait(t *testing.T) {
 	dev := newDevice(t)
 	pd := dev.AllocPD()
-	scq, err := dev.CreateCQ(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rcq, err := dev.CreateCQ(64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	scq, rcq := twoCQs(t, dev)
 	qp, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: scq, RecvCQ: rcq, PollTx: true})
 	if err != nil {
 		t.Fatal(err)
@@ -290,19 +283,26 @@ func TestPollTxWithoutWait(t *testing.T) {
 	}
 }
 
+// twoCQs creates two CQs of 64 on dev.
+func twoCQs(t *testing.T, dev *rdmap.Device) (*rdmap.CQ, *rdmap.CQ) {
+	t.Helper()
+	var cqs [2]*rdmap.CQ
+	for i := range cqs {
+		cq, err := dev.CreateCQ(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cqs[i] = cq
+	}
+	return cqs[0], cqs[1]
+}
+
 // TestPollTxOneQPPerCQ: a send CQ drives one PollTx QP at a time, and
 // PollTxIdle may not be negative.
 func TestPollTxOneQPPerCQ(t *testing.T) {
 	dev := newDevice(t)
 	pd := dev.AllocPD()
-	cq, err := dev.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := dev.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cq, other := twoCQs(t, dev)
 	first, err := pd.CreateQP(&rdmap.QPConfig{SendCQ: cq, RecvCQ: other, PollTx: true})
 	if err != nil {
 		t.Fatal(err)
@@ -451,15 +451,7 @@ func TestPollTxRandomLists(t *testing.T) {
 			var wcs [4]rdmap.WC
 			for i := 0; i < n; {
 				k := min(n-i, 1+r.IntN(8))
-				wrs := make([]rdmap.SendWR, k)
-				for j := range wrs {
-					m := i + j
-					wrs[j] = rdmap.SendWR{ID: uint64(m), Op: rdmap.WRWrite, SGL: []rdmap.SGE{smr.SGE(offs[m], sizes[m])},
-						Remote: rdmap.Remote{STag: dmr.STag(), Offset: uint64(offs[m])}, Signaled: j == k-1}
-				}
-				if _, err := a.qp.PostSends(wrs); err != nil {
-					t.Fatal(err)
-				}
+				postWrites(t, a.qp, smr, dmr, offs, i, k)
 				i += k
 				for {
 					if got := a.cq.Poll(wcs[:]); got > 0 {
@@ -478,6 +470,22 @@ func TestPollTxRandomLists(t *testing.T) {
 			}
 			t.Logf("%+v", a.qp.Stats())
 		})
+	}
+}
+
+// postWrites posts Writes i to i+k-1 as one list, the last signaled:
+// Write m carries bytes offs[m] to offs[m+1] of smr to the same offset of
+// dmr.
+func postWrites(t *testing.T, qp *rdmap.QP, smr, dmr *rdmap.MR, offs []int, i, k int) {
+	t.Helper()
+	wrs := make([]rdmap.SendWR, k)
+	for j := range wrs {
+		m := i + j
+		wrs[j] = rdmap.SendWR{ID: uint64(m), Op: rdmap.WRWrite, SGL: []rdmap.SGE{smr.SGE(offs[m], offs[m+1]-offs[m])},
+			Remote: rdmap.Remote{STag: dmr.STag(), Offset: uint64(offs[m])}, Signaled: j == k-1}
+	}
+	if _, err := qp.PostSends(wrs); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -548,15 +556,7 @@ func TestPollTxConcurrentPoster(t *testing.T) {
 				t.Fatalf("the waiter ended: %v", err)
 			}
 		}
-		wrs := make([]rdmap.SendWR, k)
-		for j := range wrs {
-			m := i + j
-			wrs[j] = rdmap.SendWR{ID: uint64(m), Op: rdmap.WRWrite, SGL: []rdmap.SGE{smr.SGE(offs[m], sizes[m])},
-				Remote: rdmap.Remote{STag: dmr.STag(), Offset: uint64(offs[m])}, Signaled: j == k-1}
-		}
-		if _, err := a.qp.PostSends(wrs); err != nil {
-			t.Fatal(err)
-		}
+		postWrites(t, a.qp, smr, dmr, offs, i, k)
 		i += k
 	}
 	if err := <-waiter; err != nil {
