@@ -102,7 +102,8 @@ type QPConfig struct {
 	// takes them without blocking; what the socket does not take, and
 	// anything but sending in RTS (a state change, a Terminate, the
 	// gate before the first FPDU), goes on in the send goroutine, as
-	// without PollTx. A post that no Wait follows is sent by the send
+	// without PollTx. A post wakes a goroutine already asleep in Wait on
+	// SendCQ to send it; one that no Wait takes is sent by the send
 	// goroutine after PollTxIdle. CQ.Poll never sends. A lone request
 	// is written by PostSend itself when the engine is idle, in both
 	// modes (the direct send). A CQ drives at most one PollTx QP:
