@@ -207,16 +207,24 @@ func benchTxEngine(b *testing.B, op WROpcode, crc bool, lists int) {
 // the other each time, same machine) put inline behind: 38.7-50.5 ns/op
 // at 57.6-83.9 cpu-ns/op against 37.3-40.6 at 67.8-75.2; the rate is
 // not better inline, and the CPU saving did not hold up.
+//
+// polltx is the same stream from a QP with QPConfig.PollTx (txpoll.go):
+// the benchmark's Waits run the engine, with non-blocking writes and the
+// send goroutine for what the socket does not take. Four interleaved
+// runs of -benchtime 1s (2026-12-06): polltx 48.2-51.3 ns/op at
+// 86.2-90.1 cpu-ns/op, goroutine 42.4-56.7 at 76.1-95.8, inline
+// 47.3-56.5 at 78.8-94.8: in one process the three are the same within
+// the noise (PollTx pays off between processes: see siw perf).
 func BenchmarkTxLoopback(b *testing.B) {
-	for _, mode := range []string{"goroutine", "inline"} {
-		b.Run(mode, func(b *testing.B) { benchTxLoopback(b, mode == "inline") })
+	for _, mode := range []string{"goroutine", "inline", "polltx"} {
+		b.Run(mode, func(b *testing.B) { benchTxLoopback(b, mode) })
 	}
 }
 
-func benchTxLoopback(b *testing.B, inline bool) {
+func benchTxLoopback(b *testing.B, mode string) {
 	const window, k = 8192, 32
 	ca, cb := tcpPair(b)
-	qp, cq, src := engineQP(b, window/k+64, QPConfig{MaxSendWR: window}, make([]byte, 64))
+	qp, cq, src := engineQP(b, window/k+64, QPConfig{MaxSendWR: window, PollTx: mode == "polltx"}, make([]byte, 64))
 	peer, _, dst := engineQP(b, 64, QPConfig{}, make([]byte, 64))
 	if err := peer.Start(cb, &mpa.Params{IRD: 8, ORD: 8}); err != nil {
 		ca.Close()
@@ -231,7 +239,7 @@ func benchTxLoopback(b *testing.B, inline bool) {
 	}
 	wrs[k-1].Signaled = true
 	var run func()
-	if inline {
+	if mode == "inline" {
 		// Take the engine once the send goroutine has parked (it has
 		// sent nothing yet: the peer's engine sends nothing before the
 		// first FPDU, the first batch run writes).
