@@ -33,8 +33,10 @@
 // out). So is wire, for the 64-byte Writes and Sends: the batched
 // baseline again, with messages as long as the FPDUs that carry gosiw's
 // on the wire (84 and 88 bytes), which tells what the extra bytes alone
-// cost the kernel's TCP. Both ends of every connection live in this
-// process.
+// cost the kernel's TCP; a "wire bound" line gives, per case, the wire
+// baseline's rate over the target's baseline: the ratio a stack whose
+// only cost were its FPDUs' bytes would score in this run. Both ends of
+// every connection live in this process.
 //
 // Links: lo is loopback TCP (127.0.0.1), where every case runs; veth is
 // two network namespaces this program creates (root and ip(8) needed)
@@ -270,6 +272,17 @@ func (c *gosiwCase) ratioTo(base *rawCase) (float64, bool) {
 
 // ratio is the ratio to the bare baseline, the one targets judge.
 func (c *gosiwCase) ratio() (float64, bool) { return c.ratioTo(c.bare) }
+
+// wireBound is the ratio to the bare baseline that a stack whose only
+// cost is the bytes of its FPDUs would score in this run: the wire
+// baseline's rate over the bare one's (messages per second). The case's
+// own ratio is this bound times its wire ratio.
+func (c *gosiwCase) wireBound() (float64, bool) {
+	if c.bare == nil || c.bare.err != nil || c.bare.best == nil || c.wire == nil || c.wire.err != nil || c.wire.best == nil {
+		return 0, false
+	}
+	return c.bare.best.NsPerOp / c.wire.best.NsPerOp, true
+}
 
 // cpuRatio is bare / gosiw CPU time per operation (higher is better).
 func (c *gosiwCase) cpuRatio() (float64, bool) {
@@ -1115,6 +1128,12 @@ func (r *runner) print(w io.Writer) int {
 	} else {
 		fmt.Fprintf(w, "0 allocs/op: miss (%s)\n", strings.Join(allocMiss, "; "))
 	}
+	for _, c := range r.cases {
+		if b, ok := c.wireBound(); ok {
+			fmt.Fprintf(w, "wire bound, %s/%d/crc=%s/%s: %.2f, the bare stream of %d-byte messages (the FPDU's length) against the %d-byte one: what the wire's bytes alone leave of the target's baseline (the ratio is this times the wire ratio)\n",
+				c.Op, c.Size, onOff(c.CRC), c.Link, b, c.wire.Size, c.Size)
+		}
+	}
 	for _, cl := range r.ceilings {
 		fmt.Fprintln(w, r.ceilingLine(cl))
 	}
@@ -1201,6 +1220,7 @@ type jsonCase struct {
 	WireSize      int      `json:"wire_size,omitempty"`
 	WireNsPerOp   float64  `json:"wire_ns_per_op,omitempty"`
 	WireRatio     *float64 `json:"wire_ratio,omitempty"`
+	WireBound     *float64 `json:"wire_bound,omitempty"`
 	Target        float64  `json:"target,omitempty"`
 	Milestone     float64  `json:"milestone,omitempty"`
 	Pass          *bool    `json:"pass,omitempty"`
@@ -1274,6 +1294,9 @@ func (r *runner) printJSON(w io.Writer) int {
 		}
 		if wr, ok := c.ratioTo(c.wire); ok {
 			j.WireRatio = &wr
+		}
+		if wb, ok := c.wireBound(); ok {
+			j.WireBound = &wb
 		}
 		if cr, ok := c.cpuRatio(); ok {
 			j.CPURatio = &cr

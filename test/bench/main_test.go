@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
@@ -300,6 +301,7 @@ func TestOutput(t *testing.T) {
 		"0 allocs/op: miss (write/1048576/crc=on/lo 1 allocs/op)",
 		"ceiling, lo: iperf3 (one stream, 1 MiB writes) 5000.0 MB/s (40.0 Gbit/s); bare bulk 1 MiB is 0.42 of it; gosiw write 1 MiB crc=off 0.40; gosiw write 1 MiB crc=on 0.26",
 		"veth cases NOT RUN: needs root",
+		"wire bound, send/64/crc=off/lo: 0.91, the bare stream of 88-byte messages (the FPDU's length) against the 64-byte one: what the wire's bytes alone leave of the target's baseline (the ratio is this times the wire ratio)",
 		"not run (veth)",
 	} {
 		if !strings.Contains(s, want) {
@@ -329,6 +331,45 @@ func TestOutput(t *testing.T) {
 	}
 	if n := len(regexp.MustCompile(`(?m)^ratio op=`).FindAllString(s, -1)); n != len(want) {
 		t.Errorf("want %d ratio lines:\n%s", len(want), s)
+	}
+	if n := strings.Count(s, "wire bound, "); n != 1 {
+		t.Errorf("%d wire bound lines, want 1 (the case with a wire baseline):\n%s", n, s)
+	}
+
+	// The JSON has the same bound: 100 ns a 64-byte message, 110 an
+	// 88-byte one.
+	out.Reset()
+	if code := r.printJSON(&out); code != 0 {
+		t.Errorf("JSON exit code %d", code)
+	}
+	var j struct {
+		Cases []struct {
+			Op        string   `json:"op"`
+			Size      int      `json:"size"`
+			CRC       bool     `json:"crc"`
+			WireSize  int      `json:"wire_size"`
+			WireRatio *float64 `json:"wire_ratio"`
+			WireBound *float64 `json:"wire_bound"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, out.String())
+	}
+	bounds := 0
+	for _, c := range j.Cases {
+		if c.WireBound == nil {
+			continue
+		}
+		bounds++
+		if c.Op != "send" || c.Size != 64 || c.CRC || c.WireSize != 88 || math.Abs(*c.WireBound-100.0/110) > 1e-9 {
+			t.Errorf("wire_bound %v in case %+v, want 100/110 in send/64/crc=off only", *c.WireBound, c)
+		}
+		if c.WireRatio == nil || math.Abs(*c.WireRatio**c.WireBound-0.8) > 1e-9 {
+			t.Errorf("wire_ratio times wire_bound is not the ratio 0.80 in case %+v", c)
+		}
+	}
+	if bounds != 1 {
+		t.Errorf("%d cases with wire_bound, want 1:\n%s", bounds, out.String())
 	}
 }
 
