@@ -132,7 +132,7 @@ func interopCache() string {
 // the last try's outcome.
 func dialGuest(ctx context.Context, port int, dev *rdmap.Device, cfg *cm.Config, p cm.ConnParam) (conn *cm.Conn, err error) {
 	for try := 0; try < 5; try++ {
-		conn, err = (&cm.Dialer{Config: cfg}).Dial(ctx, fmt.Sprintf("127.0.0.1:%d", port), dev, p)
+		conn, err = (&cm.Dialer{Config: cfg}).Dial(ctx, fwdAddr(port), dev, p)
 		var ce *cm.ConnectError
 		if !errors.As(err, &ce) || ce.Status != cm.StatusReset {
 			break
@@ -158,9 +158,10 @@ func TestInterop(t *testing.T) {
 	}()
 
 	// 1. Linux rping -c -> siwd (Linux disconnects at the end).
-	siwd(t, "127.0.0.1:17300", "--allow", "127.0.0.0/8")
+	port := hostPort(t)
+	siwd(t, fmt.Sprintf("127.0.0.1:%d", port), "--allow", "127.0.0.0/8")
 	for _, s := range sizes {
-		st := g.run(fmt.Sprintf("timeout 90 rping -c -a 10.0.2.2 -p 17300 -C %d -v -V -S %d", pings, s))
+		st := g.run(fmt.Sprintf("timeout 90 rping -c -a 10.0.2.2 -p %d -C %d -v -V -S %d", port, pings, s))
 		out, rc, err := st.wait(120 * time.Second)
 		if err == nil && (rc != 0 || strings.Count(out, "ping data:") != pings) {
 			err = fmt.Errorf("rping -c rc %d:\n%s", rc, out)
@@ -174,7 +175,7 @@ func TestInterop(t *testing.T) {
 		err := st.ready(30 * time.Second)
 		var out string
 		if err == nil {
-			out, err = siw("ping", "-c", "-a", "127.0.0.1", "-p", fmt.Sprint(fwdRping), "-S", fmt.Sprint(s), "-C", fmt.Sprint(pings), "-v", "-V")
+			out, err = siw("ping", "-c", "-a", fwdHost, "-p", fmt.Sprint(fwdRping), "-S", fmt.Sprint(s), "-C", fmt.Sprint(pings), "-v", "-V")
 			if err == nil && strings.Count(out, "ping data:") != pings {
 				err = fmt.Errorf("siw ping printed:\n%s", out)
 			}
@@ -252,9 +253,10 @@ func TestInterop(t *testing.T) {
 	}
 
 	// 4. Reject by access rules: Linux rping reports REJECTED.
-	siwd(t, "127.0.0.1:17301", "--allow", "10.99.0.0/16")
+	port = hostPort(t)
+	siwd(t, fmt.Sprintf("127.0.0.1:%d", port), "--allow", "10.99.0.0/16")
 	{
-		st := g.run("timeout 60 rping -c -a 10.0.2.2 -p 17301 -C 1 -v")
+		st := g.run(fmt.Sprintf("timeout 60 rping -c -a 10.0.2.2 -p %d -C 1 -v", port))
 		out, rc, err := st.wait(90 * time.Second)
 		if err == nil && (rc == 0 || !strings.Contains(out, "REJECTED")) {
 			err = fmt.Errorf("rping -c rc %d, want REJECTED:\n%s", rc, out)
@@ -265,7 +267,7 @@ func TestInterop(t *testing.T) {
 	// 4b. siwd stops (SIGTERM) while a Linux rping -c is pinging it: siwd
 	// disconnects gracefully and exits 0; Linux rping ends, it does not hang.
 	{
-		detail, err := sigtermUnderLinuxClient(g)
+		detail, err := sigtermUnderLinuxClient(g, hostPort(t))
 		tb.add(t, "siwd SIGTERM mid-transfer: disconnects a Linux rping -c", err, detail)
 	}
 
@@ -306,11 +308,12 @@ func TestInterop(t *testing.T) {
 			err    error
 		}
 		done := make(chan res, 1)
-		go func() { d, err := cmaServer(ctx, "127.0.0.1:17472", ready); done <- res{d, err} }()
+		port := hostPort(t)
+		go func() { d, err := cmaServer(ctx, fmt.Sprintf("127.0.0.1:%d", port), ready); done <- res{d, err} }()
 		err := <-ready
 		var r res
 		if err == nil {
-			st := g.run("timeout 30 rdma_client -s 10.0.2.2 -p 17472")
+			st := g.run(fmt.Sprintf("timeout 30 rdma_client -s 10.0.2.2 -p %d", port))
 			gout, rc, werr := st.wait(40 * time.Second)
 			r = <-done
 			err = r.err
@@ -409,7 +412,7 @@ func abortMidTransfer() (string, error) {
 	}
 	defer e.Close()
 	e.Arm()
-	conn, err := (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}}).Dial(ctx, fmt.Sprintf("127.0.0.1:%d", fwdRping), dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
+	conn, err := (&cm.Dialer{Config: &cm.Config{MPA: mpa.Policy{MaxPrivateData: mpa.SiwMaxPrivateData}}}).Dial(ctx, fwdAddr(fwdRping), dev, cm.ConnParam{QP: e.QP, IRD: 1, ORD: 1})
 	if err != nil {
 		return "", err
 	}
@@ -551,8 +554,8 @@ func hexText(h string) string {
 	return string(b)
 }
 
-func sigtermUnderLinuxClient(g *guest) (string, error) {
-	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--listen", "127.0.0.1:17302", "--metrics", "")
+func sigtermUnderLinuxClient(g *guest, port int) (string, error) {
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--metrics", "")
 	var errb testutil.SyncBuffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
@@ -560,7 +563,7 @@ func sigtermUnderLinuxClient(g *guest) (string, error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	st := g.run("timeout 60 rping -c -a 10.0.2.2 -p 17302 -C 0 -S 4096 -V")
+	st := g.run(fmt.Sprintf("timeout 60 rping -c -a 10.0.2.2 -p %d -C 0 -S 4096 -V", port))
 	for end := time.Now().Add(60 * time.Second); !strings.Contains(errb.String(), "established"); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(end) {
 			cmd.Process.Kill()
@@ -600,7 +603,7 @@ func lastLine(s string) string {
 // each fact against what Linux siw 6.1 was seen to do: every fact known,
 // with the value observed on the wire.
 func probeLinux() (string, error) {
-	out, err := siw("probe", "--json", "--request-timeout-wait", "0", "--gap", "100ms", fmt.Sprintf("127.0.0.1:%d", fwdRping))
+	out, err := siw("probe", "--json", "--request-timeout-wait", "0", "--gap", "100ms", fwdAddr(fwdRping))
 	if err != nil {
 		return "", fmt.Errorf("siw probe: %v\n%s", err, out)
 	}

@@ -33,7 +33,6 @@ import (
 // by the guest's siw.
 
 const (
-	nvmePort     = 17420 // siwd's NVMe listener (the guest reaches it as 10.0.2.2)
 	guestHostNQN = "nqn.2026-01.dev.gosiw:guest"
 	guestHostID  = "7a1b6b8e-2d3c-4f5e-8a9b-0c1d2e3f4a5b"
 	privateNQN   = "nqn.2026-01.dev.gosiw:private"
@@ -49,9 +48,10 @@ func TestInteropNVMe(t *testing.T) {
 	t.Run("crc-required", func(t *testing.T) { nvmeSession(t, &tb, cache, true) })
 }
 
-// siwdNVMe runs siwd with an NVMe listener and returns its log and a
-// function that stops it.
-func siwdNVMe(t *testing.T) (*testutil.SyncBuffer, func()) {
+// siwdNVMe runs siwd with an NVMe listener on 127.0.0.1:nvmePort (the
+// guest reaches it as 10.0.2.2) and returns its log and a function that
+// stops it.
+func siwdNVMe(t *testing.T, nvmePort int) (*testutil.SyncBuffer, func()) {
 	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "siwd.toml")
@@ -69,7 +69,7 @@ allowed_hosts = ["nqn.2026-01.dev.gosiw:someone-else"]
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--config", conf, "--listen", "127.0.0.1:17310", "--metrics", "",
+	cmd := exec.Command(filepath.Join(binDir, "siwd"), "--config", conf, "--listen", fmt.Sprintf("127.0.0.1:%d", hostPort(t)), "--metrics", "",
 		"--log-level", "debug", "--nvme-listen", fmt.Sprintf("127.0.0.1:%d", nvmePort), "--nvme-namespace", "disk")
 	out, _ := cmd.StdoutPipe()
 	logb := &testutil.SyncBuffer{}
@@ -226,7 +226,8 @@ func nvmeSession(t *testing.T, tb *table, cache string, crc bool) {
 			g.stop(t)
 		}
 	}()
-	logb, stopSiwd := siwdNVMe(t)
+	nvmePort := hostPort(t)
+	logb, stopSiwd := siwdNVMe(t, nvmePort)
 	defer stopSiwd()
 
 	// 1. The kernel host -> siwd: 64 MiB at four block sizes, 2 I/O queues.
@@ -245,7 +246,7 @@ func nvmeSession(t *testing.T, tb *table, cache string, crc bool) {
 	}
 	if err == nil && crc {
 		var note string
-		note, err = checkSiwCRCErrors(out, filepath.Join(g.q, "crc.pcap"), nvmePort)
+		note, err = checkSiwCRCErrors(out, filepath.Join(g.q, "crc.pcap"), uint16(nvmePort))
 		t.Logf("CRC check: %s", note)
 		detail = note + "; " + detail
 	} else if err == nil && !strings.Contains(out, "recoveries: 0 siw crc errors: 0") {
@@ -386,7 +387,7 @@ func goHostToNvmet(crc bool) (string, string, error) {
 		pol.CRC = mpa.CRCOn
 	}
 	for try := 0; try < 5; try++ {
-		h, err = nvmeof.Dial(ctx, fmt.Sprintf("127.0.0.1:%d", fwdNVMe), dev,
+		h, err = nvmeof.Dial(ctx, fwdAddr(fwdNVMe), dev,
 			&nvmeof.HostConfig{SubNQN: guestTgtNQN, IOQueues: 2, KATO: 10 * time.Second, InCapsule: true, CM: &cm.Config{MPA: pol}})
 		if err == nil || !strings.Contains(err.Error(), "reset") {
 			break

@@ -4,6 +4,7 @@ package interop
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gosiw/gosiw/internal/testutil"
 )
 
 // guest is a booted Linux siw VM running vm/agent.sh.
@@ -23,12 +26,37 @@ type guest struct {
 	log   strings.Builder
 }
 
-// Host ports forwarded into the guest (all bound to 127.0.0.1).
+// Host ports forwarded into the guest, bound on fwdHost.
 const (
 	fwdRping = 17174 // -> guest 7174 (rping -s)
 	fwdCMA   = 17471 // -> guest 7471 (rdma_server, ucmatose)
 	fwdNVMe  = 14420 // -> guest 4420 (nvmet-rdma)
 )
+
+// fwdHost is the host address the forwards bind: bootGuest picks a
+// random one of 127.0.0.0/8 for each boot (testutil.ListenIP), so that
+// another process on the machine that holds one of the ports on
+// 127.0.0.1 (a siw perf -s on 17174, say) does not keep the VM from
+// starting ("Could not set up host forwarding rule").
+var fwdHost = "127.0.0.1"
+
+// fwdAddr is the host address of the forward of port.
+func fwdAddr(port int) string { return net.JoinHostPort(fwdHost, strconv.Itoa(port)) }
+
+// hostPort returns a port free on 127.0.0.1 at the time of the call, for
+// a host listener the guest dials as 10.0.2.2 (slirp's name for the
+// host's loopback, which is 127.0.0.1 only): no fixed port a process of
+// the machine may hold already.
+func hostPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("a free host port: %v", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
+}
 
 // bootGuest boots the VM; kappend words go on the kernel command line
 // (siw.NAME=VALUE become siw module options).
@@ -45,9 +73,10 @@ func bootGuest(t *testing.T, cache string, kappend ...string) *guest {
 	if err := os.MkdirAll(g.q, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	fwdHost = testutil.ListenIP().String()
 	g.cmd = exec.Command("bash", "vm/run.sh", "vm/agent.sh")
 	g.cmd.Env = append(os.Environ(), "INTEROP_CACHE="+cache, "QUIET=1", "TIMEOUT=1000", "KAPPEND="+strings.Join(kappend, " "),
-		fmt.Sprintf("HOSTFWD=tcp:127.0.0.1:%d-:7174,tcp:127.0.0.1:%d-:7471,tcp:127.0.0.1:%d-:4420", fwdRping, fwdCMA, fwdNVMe))
+		fmt.Sprintf("HOSTFWD=tcp:%s-:7174,tcp:%s-:7471,tcp:%s-:4420", fwdAddr(fwdRping), fwdAddr(fwdCMA), fwdAddr(fwdNVMe)))
 	g.cmd.Stdout, g.cmd.Stderr = &g.log, &g.log
 	if err := g.cmd.Start(); err != nil {
 		t.Fatalf("qemu: %v", err)
