@@ -56,7 +56,10 @@ type QPConfig struct {
 	// MaxULPDU, when set, is the ULPDU size the QP sends, in place of the
 	// MULPDU derived from the connection's TCP_MAXSEG (RFC 5044 §4.5, as
 	// siw does; hardware peers need FPDUs no larger than one segment).
-	// Larger values (up to 65535) are an opt-in for gosiw peers.
+	// That one is read at Start and again every MiB written, and
+	// followed when the EMSS shrinks (a path MTU change), never above the
+	// MULPDU at Start (QPStats.TxULPDU has the one in use). Larger values
+	// (up to 65535) are an opt-in for gosiw peers.
 	MaxULPDU int
 	// MaxIRD and MaxORD cap what the handshake settled (default and
 	// maximum MaxIRDORD).
@@ -532,10 +535,7 @@ func (qp *QP) Start(conn net.Conn, p *mpa.Params) error {
 	pc.ORD = min(max(pc.ORD, 0), qp.cfg.MaxORD)
 	ulpdu := qp.cfg.MaxULPDU
 	if ulpdu == 0 {
-		ulpdu = mpa.MULPDU(emssOf(conn), pc.MarkersTx)
-	}
-	if ulpdu < minULPDU {
-		ulpdu = minULPDU
+		ulpdu = ulpduFor(emssOf(conn), pc.MarkersTx)
 	}
 	// A P2P Read RTR takes an ORQ (initiator) or IRQ (responder) slot
 	// even when the handshake settled 0.

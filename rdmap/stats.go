@@ -11,6 +11,10 @@ import "sync/atomic"
 // socket read.
 type QPStats struct {
 	TxFPDUs, TxBytes, TxWritevs uint64
+	// TxULPDU is the ULPDU the QP frames its messages to now: the MULPDU
+	// of the connection's EMSS as it last read it (Start, then every MiB
+	// written), or QPConfig.MaxULPDU; 0 before Start.
+	TxULPDU int
 	// TxDirect counts batches written on a poster's goroutine (a direct
 	// send: see PostSend); TxDirectRest those of them whose rest (all of
 	// it, when the socket took nothing) the send goroutine wrote.
@@ -32,6 +36,7 @@ type QPStats struct {
 
 type qpCounters struct {
 	txFPDUs, txBytes, txWritevs    atomic.Uint64
+	ulpdu                          atomic.Int64
 	txDirect, txDirectRest         atomic.Uint64
 	txPolled, txPolledRest         atomic.Uint64
 	rxFPDUs, rxBytes               atomic.Uint64
@@ -44,7 +49,7 @@ type qpCounters struct {
 func (qp *QP) Stats() QPStats {
 	c := &qp.stats
 	return QPStats{
-		TxFPDUs: c.txFPDUs.Load(), TxBytes: c.txBytes.Load(), TxWritevs: c.txWritevs.Load(),
+		TxFPDUs: c.txFPDUs.Load(), TxBytes: c.txBytes.Load(), TxWritevs: c.txWritevs.Load(), TxULPDU: int(c.ulpdu.Load()),
 		TxDirect: c.txDirect.Load(), TxDirectRest: c.txDirectRest.Load(),
 		TxPolled: c.txPolled.Load(), TxPolledRest: c.txPolledRest.Load(),
 		RxFPDUs: c.rxFPDUs.Load(), RxBytes: c.rxBytes.Load(), RxDriven: c.rxDriven.Load(),

@@ -26,6 +26,16 @@ func control(c syscall.Conn, op string, f func(fd int) error) error {
 	return nil
 }
 
+// TCPMaxSegFD returns the TCP_MAXSEG of the socket fd (for a
+// syscall.RawConn's Control), or 0 when getsockopt fails.
+func TCPMaxSegFD(fd uintptr) int {
+	v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // TCPMaxSeg returns the connection's TCP_MAXSEG: the largest segment the
 // kernel sends on it (the EMSS of RFC 5044 §4.5).
 func TCPMaxSeg(c syscall.Conn) (int, error) {

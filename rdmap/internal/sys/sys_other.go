@@ -10,6 +10,9 @@ import (
 // TCPMaxSeg is not supported on this system.
 func TCPMaxSeg(c syscall.Conn) (int, error) { return 0, errors.ErrUnsupported }
 
+// TCPMaxSegFD is not supported on this system: it returns 0.
+func TCPMaxSegFD(fd uintptr) int { return 0 }
+
 // Mapping is anonymous memory mapped outside the Go heap (Linux only).
 type Mapping struct {
 	Data []byte
