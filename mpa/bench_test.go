@@ -114,6 +114,13 @@ func (nopPlacer) Leave()                {}
 // Trailer) over a stream of FPDUs of one TCP MSS (1448: a 1500-byte
 // MTU) and of MULPDU 65535, read from memory; without CRC and with.
 // Bytes per op are the payload placed.
+//
+// Since 2026-12-06 the buffer's compaction lets the consumed bytes of
+// the FPDU being read go (outside Buffered mode nothing reads them
+// again) instead of moving them with the rest: 65000-byte FPDUs went
+// from 2618-2670 to 2194-2238 ns/op without CRC (through the buffer:
+// this source has no ReadVec) and from 5208-5315 to 4776-5130 with,
+// three interleaved rounds; 1442-byte FPDUs stayed within 1-3%.
 func BenchmarkReaderHeaderFirst(b *testing.B) {
 	const hdr = 14
 	for _, crc := range []bool{false, true} {

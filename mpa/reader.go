@@ -286,9 +286,14 @@ func (rd *Reader) fillUpTo(n, upTo int) error {
 			rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, 0, 0
 		case rd.r+n > len(rd.buf):
 			rd.foldCRC()
-			if rd.r+n-keep > len(rd.buf) {
+			if rd.r+n-keep > len(rd.buf) || !rd.cfg.Buffered {
 				// The current FPDU's consumed bytes no longer fit
-				// beside what is needed: let them go.
+				// beside what is needed, or nothing reads them again
+				// (outside Buffered mode they are placed and folded
+				// into the CRC; only Buffered would show them): let
+				// them go rather than move them. With CRC, which
+				// keeps a large FPDU's bytes going through the buffer,
+				// moving them was a copy of up to a whole FPDU more.
 				keep, rd.fstart = rd.r, -1
 			}
 			rd.w = copy(rd.buf, rd.buf[keep:rd.w])

@@ -453,6 +453,19 @@ func FuzzReader(f *testing.F) {
 		run = mpa.AppendFPDU(run, nil, bytes.Repeat([]byte{byte(i)}, mpa.DirectMin*5+i), false)
 	}
 	f.Add(run, false, false, false, uint64(0), uint64(1<<20|4999))
+	// Large FPDUs with CRC, whose bytes all go through the buffer: the
+	// buffer is compacted in the middle of an FPDU (outside Buffered
+	// mode its consumed bytes are let go, not moved; in Buffered mode
+	// they stay), with and without lent buffers.
+	var large []byte
+	fr := &mpa.Framer{CRC: true}
+	for i := range 5 {
+		large = fr.AppendFPDU(large, nil, bytes.Repeat([]byte{byte(i + 1)}, 40000+i*997))
+	}
+	for _, buffered := range []bool{false, true} {
+		f.Add(large, true, false, buffered, uint64(0), uint64(8191))
+		f.Add(large, true, false, buffered, uint64(0), uint64(1<<20|65000))
+	}
 	// Lent buffers (seed bit 20), small and large FPDUs.
 	for _, crc := range []bool{false, true} {
 		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
