@@ -761,12 +761,11 @@ func (qp *QP) txFill() {
 //
 // Why not above the first size: on loopback the MSS is 32741 when the
 // connection starts and 65483 a few MiB later, and FPDUs that followed
-// it up measured worse where one stream carries them: make bench, three
-// interleaved invocations, 1 MiB Writes with CRC 1.19-1.28 of bare TCP
-// with the first size against 0.91-1.07, Sends 1.41-1.59 against
-// 1.32-1.47 (a batch of two such FPDUs is just over two loopback
-// segments: see mpa.WriterSmallMaxBytes), while four QPs gained a
-// little (0.89-0.97 against 0.97-1.04).
+// it up cost the one-stream CRC cases: make bench's 1 MiB cases, four
+// interleaved rounds, Writes with CRC 0.96-1.15 of bare TCP with the
+// first size against 0.81-1.03, Sends with CRC 0.92-1.15 against
+// 0.63-0.85 (the extra CPU in the kernel's loopback delivery; its cause
+// not found), while four QPs gained (0.78-1.00 against 0.89-1.05).
 //
 // A getsockopt per MiB costs nothing a MiB's writes would notice, and
 // allocates nothing (emssFn is made once, in init).
@@ -776,9 +775,9 @@ const (
 )
 
 // txFollowEMSS reads the connection's TCP_MAXSEG and sets the ULPDU the
-// engine frames to its MULPDU (ulpduFor), at most ulpduCap. A message in progress goes on
-// with segments of the new size, which DDP allows (its segments need
-// not be equal). A failed read changes nothing.
+// engine frames to its MULPDU (ulpduFor), at most ulpduCap. A message
+// in progress goes on with segments of the new size, which DDP allows
+// (its segments need not be equal). A failed read changes nothing.
 func (qp *QP) txFollowEMSS() {
 	t := &qp.tx
 	t.emssAt = qp.stats.txBytes.Load() + emssEvery
