@@ -117,10 +117,9 @@ func (p *emssPair) write(t *testing.T) {
 }
 
 // TestULPDUFollowsEMSS: with no QPConfig.MaxULPDU the send engine reads
-// the EMSS again as bytes go out and frames to its MULPDU, never above
-// the MULPDU at Start: the EMSS reader is replaced by one that reports
-// what the test sets (a path MTU that shrinks, then recovers, then a
-// failed read).
+// the EMSS again as bytes go out and frames to its MULPDU: the EMSS
+// reader is replaced by one that reports what the test sets (a path MTU
+// that shrinks, then grows, then a failed read).
 func TestULPDUFollowsEMSS(t *testing.T) {
 	p := newEMSSPair(t, 0)
 	first := p.a.Stats().TxULPDU
@@ -137,8 +136,8 @@ func TestULPDUFollowsEMSS(t *testing.T) {
 	}{
 		{"shrinks to 1460", 1460, 1454},
 		{"grows to 9000", 9000, 8994},
-		{"not above the first", 65483, first},
-		{"a failed read changes nothing", 0, first},
+		{"grows to 65483, past 9000 (and loopback's first)", 65483, 65474},
+		{"a failed read changes nothing", 0, 65474},
 		{"shrinks to 1460 again", 1460, 1454},
 	} {
 		fake.Store(int64(c.emss))
@@ -187,4 +186,27 @@ func TestFollowEMSSReadsTCPMaxSeg(t *testing.T) {
 	if n := testing.AllocsPerRun(20, p.a.txFollowEMSS); n != 0 {
 		t.Fatalf("txFollowEMSS allocates %v times", n)
 	}
+}
+
+// TestULPDUFollowsLoopbackMSS: with the real EMSS reader, the ULPDU in
+// use comes to be the MULPDU of the socket's TCP_MAXSEG as traffic goes
+// on (on loopback the MSS grows in the first MiBs; the engine looks
+// again every MiB written, so it agrees at the latest one look after
+// the MSS settles).
+func TestULPDUFollowsLoopbackMSS(t *testing.T) {
+	p := newEMSSPair(t, 0)
+	tc := p.ca.(*net.TCPConn)
+	var mss, got int
+	for range 8 {
+		p.write(t)
+		m, err := sys.TCPMaxSeg(tc)
+		if err != nil {
+			t.Skipf("no TCP_MAXSEG here: %v", err)
+		}
+		mss, got = m, p.a.Stats().TxULPDU
+		if got == ulpduFor(mss, false) {
+			return
+		}
+	}
+	t.Fatalf("after 16 MiB TxULPDU is %d; TCP_MAXSEG %d, whose MULPDU is %d", got, mss, ulpduFor(mss, false))
 }

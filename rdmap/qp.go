@@ -57,9 +57,10 @@ type QPConfig struct {
 	// MULPDU derived from the connection's TCP_MAXSEG (RFC 5044 §4.5, as
 	// siw does; hardware peers need FPDUs no larger than one segment).
 	// That one is read at Start and again every MiB written, and
-	// followed when the EMSS shrinks (a path MTU change), never above the
-	// MULPDU at Start (QPStats.TxULPDU has the one in use). Larger values
-	// (up to 65535) are an opt-in for gosiw peers.
+	// followed as the EMSS changes (a path MTU change; loopback's MSS
+	// grows in the first MiBs), as siw follows the socket's MSS
+	// (QPStats.TxULPDU has the one in use). Larger values (up to 65535)
+	// are an opt-in for gosiw peers.
 	MaxULPDU int
 	// MaxIRD and MaxORD cap what the handshake settled (default and
 	// maximum MaxIRDORD).

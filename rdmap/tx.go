@@ -168,12 +168,11 @@ type txEngine struct {
 	// The EMSS the MULPDU follows (no QPConfig.MaxULPDU, a connection
 	// with a file descriptor: emssAuto): txFill reads TCP_MAXSEG again
 	// (emssFn into emss) once the QP's bytes written reach emssAt, and
-	// frames to its MULPDU, at most ulpduCap (the MULPDU at Start).
+	// frames to its MULPDU.
 	emssAuto bool
 	emssAt   uint64
 	emss     int
 	emssFn   func(fd uintptr)
-	ulpduCap int
 	msn      [4]uint32 // next MSN per untagged queue (QN 0..3), from 1
 	reqID    uint32    // last Atomic Request ID used
 
@@ -268,7 +267,7 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.raw = rawConnOf(qp.conn)
 	t.writeFn = t.directWrite
 	if qp.cfg.MaxULPDU == 0 && t.raw != nil {
-		t.emssAuto, t.emssAt, t.ulpduCap = true, emssFirst, ulpdu
+		t.emssAuto, t.emssAt = true, emssFirst
 		t.emssFn = func(fd uintptr) { t.emss = sys.TCPMaxSegFD(fd) }
 	}
 	if qp.cfg.PollTx && t.raw != nil {
@@ -748,24 +747,26 @@ func (qp *QP) txFill() {
 	}
 }
 
-// The MULPDU follows the EMSS down (RFC 5044 §4.5: the sender's MULPDU
-// is derived from the current EMSS; siw reads the socket's MSS for every
-// work request, siw_update_tcpseg): txFill reads TCP_MAXSEG again once
-// emssFirst bytes have been written, and then every emssEvery more, and
-// frames the FPDUs from there on to the MULPDU of what it read, but
-// never above the MULPDU of the EMSS at Start (ulpduCap). A path MTU
-// that shrinks thus shrinks the FPDUs within a MiB (siw's and a hardware
-// peer's expectation: no FPDU over a segment), and they grow back to the
-// first size when it recovers. Smaller FPDUs are always allowed (DDP
-// segments at most MULPDU).
+// The MULPDU follows the EMSS (RFC 5044 §4.5: the sender's MULPDU is
+// derived from the current EMSS), as siw's follows the socket's MSS,
+// which it reads for every work request (siw_update_tcpseg): txFill
+// reads TCP_MAXSEG again once emssFirst bytes have been written, and
+// then every emssEvery more, and frames the FPDUs from there on to the
+// MULPDU of what it read. A path MTU that shrinks thus shrinks the FPDUs
+// within a MiB (siw's and a hardware peer's expectation: no FPDU over a
+// segment), and they grow again when it recovers.
 //
-// Why not above the first size: on loopback the MSS is 32741 when the
-// connection starts and 65483 a few MiB later, and FPDUs that followed
-// it up cost the one-stream CRC cases: make bench's 1 MiB cases, four
-// interleaved rounds, Writes with CRC 0.96-1.15 of bare TCP with the
-// first size against 0.81-1.03, Sends with CRC 0.92-1.15 against
-// 0.63-0.85 (the extra CPU in the kernel's loopback delivery; its cause
-// not found), while four QPs gained (0.78-1.00 against 0.89-1.05).
+// On loopback the MSS is 32741 when the connection starts, 47616 after
+// the first write and 65483 a few MiB later, so large messages go in
+// FPDUs of twice the first size. Measured with make bench's 1 MiB
+// cases, four interleaved rounds against the MULPDU of the first EMSS
+// kept for the QP's life: four QPs 0.97-1.05 of four TCP streams
+// against 0.65-1.19 (all four rounds passing 0.9 against two); one
+// stream within the noise (Writes with CRC 0.96-1.45 against 1.06-1.23,
+// Sends with CRC 0.92-1.23 against 0.90-1.03, Reads 1.29-2.04 against
+// 1.26-1.80). Before the Reader let consumed bytes go at compaction
+// (mpa.Reader.fillUpTo), the larger FPDUs had cost the one-stream CRC
+// cases (Sends with CRC 0.63-0.85 against 0.92-1.15).
 //
 // A getsockopt per MiB costs nothing a MiB's writes would notice, and
 // allocates nothing (emssFn is made once, in init).
@@ -775,9 +776,9 @@ const (
 )
 
 // txFollowEMSS reads the connection's TCP_MAXSEG and sets the ULPDU the
-// engine frames to its MULPDU (ulpduFor), at most ulpduCap. A message
-// in progress goes on with segments of the new size, which DDP allows
-// (its segments need not be equal). A failed read changes nothing.
+// engine frames to its MULPDU (ulpduFor). A message in progress goes on
+// with segments of the new size, which DDP allows (its segments need
+// not be equal). A failed read changes nothing.
 func (qp *QP) txFollowEMSS() {
 	t := &qp.tx
 	t.emssAt = qp.stats.txBytes.Load() + emssEvery
@@ -785,7 +786,7 @@ func (qp *QP) txFollowEMSS() {
 	if t.raw.Control(t.emssFn) != nil || t.emss <= 0 {
 		return
 	}
-	if u := min(ulpduFor(t.emss, qp.p.MarkersTx), t.ulpduCap); u != t.ulpdu {
+	if u := ulpduFor(t.emss, qp.p.MarkersTx); u != t.ulpdu {
 		t.ulpdu = u
 		qp.stats.ulpdu.Store(int64(u))
 	}
