@@ -210,3 +210,51 @@ func TestULPDUFollowsLoopbackMSS(t *testing.T) {
 	}
 	t.Fatalf("after 16 MiB TxULPDU is %d; TCP_MAXSEG %d, whose MULPDU is %d", got, mss, ulpduFor(mss, false))
 }
+
+// TestULPDUFollowsEMSSDirect: Writes posted one at a time to an idle QP
+// go out on the poster's goroutine (direct sends, which txFill does not
+// frame) while each is one FPDU, and the EMSS is followed there too:
+// once 64 KiB has been written, the direct send reads the EMSS of 1460,
+// and from then on a 4 KiB Write goes out in three FPDUs (by the send
+// goroutine: a direct send is one FPDU).
+func TestULPDUFollowsEMSSDirect(t *testing.T) {
+	p := newEMSSPair(t, 0)
+	var fake atomic.Int64
+	fake.Store(1460)
+	p.a.tx.emssFn = func(uintptr) { p.a.tx.emss = int(fake.Load()) } // before any post
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const size = 4096
+	var before QPStats
+	for i := range 40 {
+		WaitTxParked(p.a) // idle: the next post is a direct send
+		before = p.a.Stats()
+		p.next++
+		wr := SendWR{ID: p.next, Op: WRWrite, SGL: []SGE{p.smr.SGE(i*size, size)},
+			Remote: Remote{STag: p.dmr.STag(), Offset: uint64(i * size)}, Signaled: true}
+		if err := p.a.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		var wc [1]WC
+		for p.cq.Poll(wc[:]) == 0 {
+			if err := p.cq.Wait(ctx); err != nil {
+				t.Fatalf("Write %d: %v", i, err)
+			}
+		}
+		if wc[0].ID != p.next || wc[0].Status != WCSuccess {
+			t.Fatalf("completion %+v, want request %d done", wc[0], p.next)
+		}
+	}
+	st := p.a.Stats()
+	if st.TxDirect == 0 {
+		t.Fatalf("stats %+v: no direct send", st)
+	}
+	if st.TxULPDU != 1454 {
+		t.Fatalf("after %d KiB of direct Writes TxULPDU is %d, want 1454", 40*size>>10, st.TxULPDU)
+	}
+	// Three FPDUs no longer fit a direct send (one FPDU): the send
+	// goroutine wrote the last Write.
+	if n := st.TxFPDUs - before.TxFPDUs; n != 3 {
+		t.Fatalf("the last Write went in %d FPDUs, want 3", n)
+	}
+}

@@ -731,9 +731,7 @@ func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 // runnable or the QP broke.
 func (qp *QP) txFill() {
 	t := &qp.tx
-	if t.emssAuto && qp.stats.txBytes.Load() >= t.emssAt {
-		qp.txFollowEMSS()
-	}
+	qp.txEMSSDue()
 	for !qp.broken.Load() {
 		if t.job == jobNone && !qp.txPick() {
 			return
@@ -774,6 +772,15 @@ const (
 	emssFirst = 64 << 10
 	emssEvery = 1 << 20
 )
+
+// txEMSSDue calls txFollowEMSS when the bytes written since its last
+// look make it due: before a batch is framed (txFill, and a direct
+// send's job, which does not go through it).
+func (qp *QP) txEMSSDue() {
+	if t := &qp.tx; t.emssAuto && qp.stats.txBytes.Load() >= t.emssAt {
+		qp.txFollowEMSS()
+	}
+}
 
 // txFollowEMSS reads the connection's TCP_MAXSEG and sets the ULPDU the
 // engine frames to its MULPDU (ulpduFor). A message in progress goes on

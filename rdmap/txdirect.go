@@ -209,7 +209,9 @@ func (qp *QP) txDirectBatch(all bool) (more, held, progressed bool) {
 	case t.job != jobNone:
 		// One job: the one txDirectStartLocked started (the engine took
 		// none before it), framed by txEmitOne when it is one small
-		// FPDU, else txPick's.
+		// FPDU (at the ULPDU txEMSSDue may just have changed), else
+		// txPick's.
+		qp.txEMSSDue()
 		if !qp.txEmitOne() && qp.txEmitSmall() && t.job != jobNone {
 			qp.txEmit()
 		}
