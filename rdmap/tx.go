@@ -747,10 +747,10 @@ func (qp *QP) txFill() {
 
 // The MULPDU follows the EMSS (RFC 5044 §4.5: the sender's MULPDU is
 // derived from the current EMSS), as siw's follows the socket's MSS,
-// which it reads for every work request (siw_update_tcpseg): txFill
-// reads TCP_MAXSEG again once emssFirst bytes have been written, and
-// then every emssEvery more, and frames the FPDUs from there on to the
-// MULPDU of what it read. A path MTU that shrinks thus shrinks the FPDUs
+// which it reads for every work request (siw_update_tcpseg): the engine
+// reads TCP_MAXSEG again (txEMSSDue) once emssFirst bytes have been
+// written, and then every emssEvery more, and frames the FPDUs from
+// there on to the MULPDU of what it read. A path MTU that shrinks thus shrinks the FPDUs
 // within a MiB (siw's and a hardware peer's expectation: no FPDU over a
 // segment), and they grow again when it recovers.
 //
@@ -761,8 +761,8 @@ func (qp *QP) txFill() {
 // kept for the QP's life: four QPs 0.97-1.05 of four TCP streams
 // against 0.65-1.19 (all four rounds passing 0.9 against two); one
 // stream within the noise (Writes with CRC 0.96-1.45 against 1.06-1.23,
-// Sends with CRC 0.92-1.23 against 0.90-1.03, Reads 1.29-2.04 against
-// 1.26-1.80). Before the Reader let consumed bytes go at compaction
+// Sends with CRC 0.92-1.23 against 0.90-1.03; Reads, in four more
+// rounds, 1.29-2.04 against 1.26-1.80). Before the Reader let consumed bytes go at compaction
 // (mpa.Reader.fillUpTo), the larger FPDUs had cost the one-stream CRC
 // cases (Sends with CRC 0.63-0.85 against 0.92-1.15).
 //
