@@ -166,9 +166,9 @@ type txEngine struct {
 	hdr   [maxCtrlHdr]byte
 	ulpdu int // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
 	// The EMSS the MULPDU follows (no QPConfig.MaxULPDU, a connection
-	// with a file descriptor: emssAuto): txFill reads TCP_MAXSEG again
-	// (emssFn into emss) once the QP's bytes written reach emssAt, and
-	// frames to its MULPDU.
+	// with a file descriptor: emssAuto): txEMSSDue reads TCP_MAXSEG
+	// again (emssFn into emss) once the QP's bytes written reach emssAt,
+	// and the engine frames to its MULPDU.
 	emssAuto bool
 	emssAt   uint64
 	emss     int
@@ -268,7 +268,7 @@ func (t *txEngine) init(qp *QP, ulpdu int) {
 	t.writeFn = t.directWrite
 	if qp.cfg.MaxULPDU == 0 && t.raw != nil {
 		t.emssAuto, t.emssAt = true, emssFirst
-		t.emssFn = func(fd uintptr) { t.emss = sys.TCPMaxSegFD(fd) }
+		t.emssFn = func(fd uintptr) { t.emss, _ = sys.TCPMaxSegFD(fd) } // 0 on an error
 	}
 	if qp.cfg.PollTx && t.raw != nil {
 		t.idle = time.AfterFunc(time.Hour, qp.txPollIdle)
@@ -750,9 +750,10 @@ func (qp *QP) txFill() {
 // which it reads for every work request (siw_update_tcpseg): the engine
 // reads TCP_MAXSEG again (txEMSSDue) once emssFirst bytes have been
 // written, and then every emssEvery more, and frames the FPDUs from
-// there on to the MULPDU of what it read. A path MTU that shrinks thus shrinks the FPDUs
-// within a MiB (siw's and a hardware peer's expectation: no FPDU over a
-// segment), and they grow again when it recovers.
+// there on to the MULPDU of what it read. A path MTU that shrinks thus
+// shrinks the FPDUs within a MiB (siw's and a hardware peer's
+// expectation: no FPDU over a segment), and they grow again when it
+// recovers.
 //
 // On loopback the MSS is 32741 when the connection starts, 47616 after
 // the first write and 65483 a few MiB later, so large messages go in

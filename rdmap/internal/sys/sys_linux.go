@@ -26,23 +26,22 @@ func control(c syscall.Conn, op string, f func(fd int) error) error {
 	return nil
 }
 
-// TCPMaxSegFD returns the TCP_MAXSEG of the socket fd (for a
-// syscall.RawConn's Control), or 0 when getsockopt fails.
-func TCPMaxSegFD(fd uintptr) int {
+// TCPMaxSegFD returns the TCP_MAXSEG of the socket fd, for a
+// syscall.RawConn's Control (0 and the error when getsockopt fails).
+func TCPMaxSegFD(fd uintptr) (int, error) {
 	v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG)
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	return v
+	return v, nil
 }
 
 // TCPMaxSeg returns the connection's TCP_MAXSEG: the largest segment the
 // kernel sends on it (the EMSS of RFC 5044 §4.5).
 func TCPMaxSeg(c syscall.Conn) (int, error) {
 	var mss int
-	err := control(c, "getsockopt", func(fd int) error {
-		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG)
-		mss = v
+	err := control(c, "getsockopt", func(fd int) (err error) {
+		mss, err = TCPMaxSegFD(uintptr(fd))
 		return err
 	})
 	return mss, err

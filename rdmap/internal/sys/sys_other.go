@@ -10,8 +10,8 @@ import (
 // TCPMaxSeg is not supported on this system.
 func TCPMaxSeg(c syscall.Conn) (int, error) { return 0, errors.ErrUnsupported }
 
-// TCPMaxSegFD is not supported on this system: it returns 0.
-func TCPMaxSegFD(fd uintptr) int { return 0 }
+// TCPMaxSegFD is not supported on this system.
+func TCPMaxSegFD(fd uintptr) (int, error) { return 0, errors.ErrUnsupported }
 
 // Mapping is anonymous memory mapped outside the Go heap (Linux only).
 type Mapping struct {
