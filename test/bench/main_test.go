@@ -99,6 +99,58 @@ func TestWorkloads(t *testing.T) {
 	}
 }
 
+// placedBench is a bench whose StopTimer notes the payload bytes the
+// servers of fs have placed, as the bare baselines' timers stop once
+// their readers have every byte.
+type placedBench struct {
+	nopBench
+	fs      []*gosiwFixture
+	stopped bool
+	placed  uint64
+}
+
+func (b *placedBench) StopTimer() {
+	if !b.stopped {
+		b.stopped, b.placed = true, serverPlaced(b.fs)
+	}
+}
+
+// serverPlaced is the payload the servers of fs have placed so far.
+func serverPlaced(fs []*gosiwFixture) uint64 {
+	var n uint64
+	for _, f := range fs {
+		st := f.b.qp.Stats()
+		n += st.RxPlacedDirect + st.RxPlacedCopied
+	}
+	return n
+}
+
+// TestWriteTimerStopsPlaced: a Write run's timer stops only once every
+// Write has been placed at the server (a Write completes at the client
+// when it is written to the socket, with its bytes possibly still on
+// their way), on one QP and on four, small messages and large.
+func TestWriteTimerStopsPlaced(t *testing.T) {
+	r := newRunner(&options{})
+	t.Cleanup(r.closeFixtures)
+	fs, err := r.gosiwFixtures("lo", false, multiQPs, rxGoroutines, sqDepth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		fs      []*gosiwFixture
+		size, n int
+	}{{fs[:1], 64, 3*signalEvery + 1}, {fs[:1], 1 << 20, 40}, {fs, 1 << 20, 40}, {fs, 4096, 2*sqDepth + 5}} {
+		before := serverPlaced(c.fs)
+		b := &placedBench{fs: c.fs}
+		if err := gosiwStreams(b, c.n, c.fs, rdmap.WRWrite, c.size, sqDepth); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.placed-before, uint64(c.n*c.size); !b.stopped || got != want {
+			t.Errorf("%d QPs, %d Writes of %d bytes: the timer stopped (%v) with %d bytes placed, want %d", len(c.fs), c.n, c.size, b.stopped, got, want)
+		}
+	}
+}
+
 // TestBareBulkCounts: the bulk baseline splits n messages between its
 // connections and each reader stops at exactly its share: the next run on
 // the same connections finds no byte left over (its first read would see
