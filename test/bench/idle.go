@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"runtime"
 	"strings"
@@ -230,7 +231,21 @@ func (r *runner) idleLine() string {
 		x.Pairs, idleCQSize, x.Connected/1024, x.AfterSend/1024, x.Goroutines, x.TCP/1024)
 	b.WriteString("idle QPs, by step of the setup (per pair, heap + stacks):")
 	for _, st := range x.Stages {
-		fmt.Fprintf(&b, " %s %.1f+%.1f KiB;", st.Name, st.Heap/1024, st.Stack/1024)
+		fmt.Fprintf(&b, " %s %s%s KiB;", st.Name, kib(st.Heap, false), kib(st.Stack, true))
 	}
 	return strings.TrimSuffix(b.String(), ";")
+}
+
+// kib formats n bytes in KiB with one decimal, with its sign (a step can
+// free stacks: "0.8-0.6") when signed; what rounds to zero is 0.0,
+// without a minus.
+func kib(n float64, signed bool) string {
+	k := math.Round(n/1024*10) / 10
+	if k == 0 {
+		k = 0 // not -0
+	}
+	if signed {
+		return fmt.Sprintf("%+.1f", k)
+	}
+	return fmt.Sprintf("%.1f", k)
 }

@@ -151,6 +151,18 @@ func TestWriteTimerStopsPlaced(t *testing.T) {
 	}
 }
 
+// TestIdleLine: the per-step figures print heap and stacks with the
+// stacks' sign, which a step that frees stacks makes negative.
+func TestIdleLine(t *testing.T) {
+	r := &runner{idle: &idleResult{Pairs: 2, Connected: 2048, AfterSend: 3072, Goroutines: 2, TCP: 512, Stages: []idleStage{
+		{Name: "tcp", Heap: 512}, {Name: "cq", Heap: 700, Stack: -30}, {Name: "send", Heap: 820, Stack: -600},
+	}}}
+	got := strings.Split(r.idleLine(), "\n")[1]
+	if want := "idle QPs, by step of the setup (per pair, heap + stacks): tcp 0.5+0.0 KiB; cq 0.7+0.0 KiB; send 0.8-0.6 KiB"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
 // TestBareBulkCounts: the bulk baseline splits n messages between its
 // connections and each reader stops at exactly its share: the next run on
 // the same connections finds no byte left over (its first read would see
