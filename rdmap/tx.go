@@ -164,7 +164,7 @@ type txEngine struct {
 	// Framing: FPDUs go into w's batch; headers are built in hdr.
 	w     mpa.Writer
 	hdr   [maxCtrlHdr]byte
-	ulpdu int // the largest ULPDU sent (MULPDU or QPConfig.MaxULPDU)
+	ulpdu int // the ULPDU messages are framed to now (MULPDU or QPConfig.MaxULPDU)
 	// The EMSS the MULPDU follows (no QPConfig.MaxULPDU, a connection
 	// with a file descriptor: emssAuto): txEMSSDue reads TCP_MAXSEG
 	// again (emssFn into emss) once the QP's bytes written reach emssAt,
@@ -763,9 +763,10 @@ func (qp *QP) txFill() {
 // against 0.65-1.19 (all four rounds passing 0.9 against two); one
 // stream within the noise (Writes with CRC 0.96-1.45 against 1.06-1.23,
 // Sends with CRC 0.92-1.23 against 0.90-1.03; Reads, in four more
-// rounds, 1.29-2.04 against 1.26-1.80). Before the Reader let consumed bytes go at compaction
-// (mpa.Reader.fillUpTo), the larger FPDUs had cost the one-stream CRC
-// cases (Sends with CRC 0.63-0.85 against 0.92-1.15).
+// rounds, 1.29-2.04 against 1.26-1.80). Before the Reader let consumed
+// bytes go at compaction (mpa.Reader.fillUpTo), the larger FPDUs had
+// cost the one-stream CRC cases (Sends with CRC 0.63-0.85 against
+// 0.92-1.15).
 //
 // A getsockopt per MiB costs nothing a MiB's writes would notice, and
 // allocates nothing (emssFn is made once, in init).

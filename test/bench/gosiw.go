@@ -293,6 +293,7 @@ func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer b.StopTimer() // after a Write run's fence, too
 	for i := 1; i < len(fs); i++ {
 		go func() {
 			errs[i] = fs[i].stream(ctx, lists[i], share(n, len(fs), i), nil)
@@ -310,18 +311,15 @@ func gosiwStreams(b bench, n int, fs []*gosiwFixture, op rdmap.WROpcode, size, d
 		<-done
 	}
 	if err := errors.Join(errs...); err != nil {
-		b.StopTimer()
 		return err
 	}
 	if op == rdmap.WRWrite {
 		for _, f := range fs {
 			if err := f.fence(ctx); err != nil {
-				b.StopTimer()
 				return err
 			}
 		}
 	}
-	b.StopTimer()
 	return nil
 }
 
