@@ -698,6 +698,16 @@ func (qp *QP) txSendTerminate(conn net.Conn, ti *termInfo) {
 // txBatch fills one batch and writes it, or first writes the rest of
 // the batch a direct send left (txdirect.go). It reports whether anything
 // happened (FPDUs sent or work requests completed).
+//
+// The batch is filled, then written, on the send goroutine. Writing it on
+// a goroutine of its own while the next one fills (two Writers in turn,
+// the work requests of a batch completed once its writev returns) was
+// measured on 2026-12-07, since in a stream of 64-byte Writes the send
+// goroutine is the busiest (over 90% of the run; framing a third of
+// that, the writev half) while the process keeps 1.66 of the two CPUs
+// busy (a CPU profile of a 4-second run): no better, 12.9 against 13.8
+// Mmsg/s (medians of 10 interleaved runs; best 17.8 against 20.3), with
+// CRC 9.5 against 10.1.
 func (qp *QP) txBatch(conn net.Conn) (bool, error) {
 	t := &qp.tx
 	if !t.rest {
