@@ -24,6 +24,7 @@ test:
 lint: tools
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
 	"$$($(GO) env GOPATH)/bin/staticcheck" $(PKGS)
 
 tools:

@@ -7,14 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // RunWithCommands builds the module's commands (e.g. "siw", "siwd") into a
 // temporary directory, runs the tests of m with that directory, and exits
 // with their status. Use it from TestMain of packages that drive the real
-// binaries.
-func RunWithCommands(m *testing.M, binDir *string, cmds ...string) {
+// binaries (m is a *testing.M, or one that wraps its Run).
+func RunWithCommands(m interface{ Run() int }, binDir *string, cmds ...string) {
 	dir, err := os.MkdirTemp("", "gosiw-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

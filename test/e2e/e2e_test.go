@@ -19,11 +19,28 @@ import (
 	"time"
 
 	"github.com/gosiw/gosiw/internal/testutil"
+	"go.uber.org/goleak"
 )
 
 var binDir string
 
-func TestMain(m *testing.M) { testutil.RunWithCommands(m, &binDir, "siw", "siwd") }
+func TestMain(m *testing.M) { testutil.RunWithCommands(leakChecked{m}, &binDir, "siw", "siwd") }
+
+// leakChecked runs the tests and then, when they passed, fails the run if
+// a goroutine of theirs is left (the readers of the processes' output
+// among them), as goleak.VerifyTestMain does for the other packages.
+type leakChecked struct{ m *testing.M }
+
+func (l leakChecked) Run() int {
+	code := l.m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left after the tests: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
 
 // daemon is a running siwd.
 type daemon struct {
