@@ -283,6 +283,16 @@ func parseCtrl(b []byte) (verb, rest string) {
 	return verb, rest
 }
 
+// parseCredit decodes the responder's "credit N" (N at least 1).
+func parseCredit(msg []byte) (int, error) {
+	verb, rest := parseCtrl(msg)
+	n, err := strconv.Atoi(rest)
+	if verb != "credit" || err != nil || n < 1 {
+		return 0, fmt.Errorf("perf: unexpected message from the responder: %.60q", msg)
+	}
+	return n, nil
+}
+
 func parseCounts(rest string) (counts, error) {
 	var c counts
 	for _, f := range strings.Fields(rest) {

@@ -2,11 +2,14 @@ package perf
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gosiw/gosiw/rdmap"
 )
 
 func TestRequestRoundTrip(t *testing.T) {
@@ -161,4 +164,109 @@ func TestHistogram(t *testing.T) {
 			t.Fatalf("bucket %d: midpoint %d is in bucket %d", i, histValue(i), j)
 		}
 	}
+}
+
+// TestCreditBound: a responder may return at most the credits the client
+// owes it (its receives less the one kept for "fin", less those the
+// client still has); one more is a protocol error, before the client
+// reposts anything or counts it.
+func TestCreditBound(t *testing.T) {
+	for _, c := range []struct {
+		msg     string
+		credits int
+	}{
+		{"credit 1", 7},                   // nothing owed
+		{"credit 4", 4},                   // three owed
+		{"credit 9223372036854775807", 0}, // would overflow the count
+		{"credit 0", 0},
+		{"fin ops=1", 0},
+	} {
+		s := &rdmaStream{recv: []byte(c.msg), nrecv: 1, recvLen: len(c.msg), peer: Reply{Recvs: 8}, credits: c.credits}
+		if err := s.credit(rdmap.WC{ID: 0, ByteLen: uint32(len(c.msg))}); err == nil {
+			t.Errorf("%q with %d credits left: taken", c.msg, c.credits)
+		}
+		if s.credits != c.credits {
+			t.Errorf("%q: credits %d, want %d unchanged", c.msg, s.credits, c.credits)
+		}
+	}
+}
+
+// FuzzParseRequest: a Request's private data comes from any client; what
+// ParseRequest accepts is valid and is what AppendRequest writes back.
+func FuzzParseRequest(f *testing.F) {
+	for _, p := range []Params{
+		{Op: OpWrite, Size: 65536, Depth: 16},
+		{Op: OpRead, Size: 1, Depth: MaxReadDepth},
+		{Op: OpSend, Size: MaxSize, Depth: MaxDepth},
+		{Op: OpPingPong, Size: 64, Depth: 1},
+	} {
+		f.Add(AppendRequest(nil, &p))
+	}
+	f.Add([]byte("gosiw-perf/1 op=send size=0x40 future=yes"))
+	f.Fuzz(func(t *testing.T, pd []byte) {
+		p, err := ParseRequest(pd)
+		if err != nil {
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%q parsed to %+v, which is not valid: %v", pd, p, err)
+		}
+		b := AppendRequest(nil, &p)
+		if len(b) > MaxPrivateData {
+			t.Fatalf("%+v encodes to %d bytes", p, len(b))
+		}
+		if got, err := ParseRequest(b); err != nil || got != p {
+			t.Fatalf("%q parsed to %+v; its encoding %q to %+v, %v", pd, p, b, got, err)
+		}
+	})
+}
+
+// FuzzParseReply: a Reply's private data comes from any responder.
+func FuzzParseReply(f *testing.F) {
+	f.Add(AppendReply(nil, &Reply{STag: 0x12345600, Len: 65536, Recvs: 32}))
+	f.Add(AppendReply(nil, &Reply{STag: 0xffffffff, Len: 0, Recvs: 2}))
+	f.Add([]byte("gosiw-perf/1 stag=1 len=1 recvs=1"))
+	f.Fuzz(func(t *testing.T, pd []byte) {
+		r, err := ParseReply(pd)
+		if err != nil {
+			return
+		}
+		if r.Recvs < 2 || r.Len < 0 {
+			t.Fatalf("%q parsed to %+v", pd, r)
+		}
+		b := AppendReply(nil, &r)
+		if got, err := ParseReply(b); err != nil || got != r {
+			t.Fatalf("%q parsed to %+v; its encoding %q to %+v, %v", pd, r, b, got, err)
+		}
+	})
+}
+
+// FuzzControl: control messages come from the peer ("fin" from the
+// client; "credit", "ok" and "error" from the responder).
+func FuzzControl(f *testing.F) {
+	f.Add(appendCounts(nil, "fin", counts{Ops: 3, Bytes: 300, HasOps: true, HasBytes: true}))
+	f.Add(appendCounts(nil, "ok", counts{Bytes: 1 << 40, HasBytes: true}))
+	f.Add([]byte("credit 16"))
+	f.Add([]byte("error message 7 differs from the pattern at byte 9"))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		verb, rest := parseCtrl(msg)
+		if strings.Contains(verb, " ") || len(verb)+len(rest) > len(msg) {
+			t.Fatalf("%q split into %q and %q", msg, verb, rest)
+		}
+		if c, err := parseCounts(rest); err == nil {
+			b := appendCounts(nil, verb, c)
+			v2, r2 := parseCtrl(b)
+			if got, err := parseCounts(r2); v2 != verb || err != nil || got != c {
+				t.Fatalf("%q: counts %+v; their encoding %q gives %q %+v, %v", msg, c, b, v2, got, err)
+			}
+		}
+		if n, err := parseCredit(msg); err == nil {
+			if n < 1 {
+				t.Fatalf("%q: credit %d", msg, n)
+			}
+			if got, err := parseCredit(fmt.Appendf(nil, "credit %d", n)); err != nil || got != n {
+				t.Fatalf("%q: credit %d does not round-trip: %d, %v", msg, n, got, err)
+			}
+		}
+	})
 }

@@ -1,12 +1,10 @@
 package perf
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -316,10 +314,15 @@ func (s *rdmaStream) measure(ctx context.Context, st *streamStats, stop *atomic.
 func (s *rdmaStream) credit(wc rdmap.WC) error {
 	msg := s.recv[int(wc.ID)*s.recvLen:][:wc.ByteLen]
 	s.ctrlBytes += uint64(wc.ByteLen)
-	verb, rest, _ := bytes.Cut(msg, []byte(" "))
-	n, err := strconv.Atoi(string(rest))
-	if string(verb) != "credit" || err != nil || n < 1 {
-		return fmt.Errorf("perf: unexpected message from the responder: %.60q", msg)
+	n, err := parseCredit(msg)
+	if err != nil {
+		return err
+	}
+	// The client is never owed more than the responder's receives less
+	// the one kept for "fin": a credit past that would let Sends go with
+	// no receive posted for them (and a large one overflow the count).
+	if n > s.peer.Recvs-1-s.credits {
+		return fmt.Errorf("perf: the responder granted %d credits with %d Sends owed", n, s.peer.Recvs-1-s.credits)
 	}
 	s.credits += n
 	return s.repost(int(wc.ID))

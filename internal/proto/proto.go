@@ -77,6 +77,9 @@ func ParseRegionReply(pd []byte) (stag ddp.STag, size int64, acc Access, err err
 	if _, err = fmt.Sscanf(string(pd), "gosiw-region/1 stag=0x%x size=%d access=%s", &st, &size, &a); err != nil {
 		return 0, 0, 0, fmt.Errorf("siwd: bad region reply %q: %w", pd, err)
 	}
+	if size < 0 {
+		return 0, 0, 0, fmt.Errorf("siwd: bad region reply %q: negative size", pd)
+	}
 	acc, err = ParseAccess(a)
 	return ddp.STag(st), size, acc, err
 }

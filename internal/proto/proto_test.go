@@ -22,7 +22,7 @@ func TestRegionReplyRoundTrip(t *testing.T) {
 	if want := "gosiw-region/1 stag=0x12345601 size=1073741824 access=rw"; proto.RegionReply(0x12345601, 1<<30, proto.AccessRead|proto.AccessWrite) != want {
 		t.Errorf("reply text changed, want %q", want)
 	}
-	for _, bad := range []string{"", "gosiw-region/1", "gosiw-region/1 stag=0x1 size=2 access=x", "gosiw-perf/1 stag=0x1 size=2 access=r"} {
+	for _, bad := range []string{"", "gosiw-region/1", "gosiw-region/1 stag=0x1 size=2 access=x", "gosiw-perf/1 stag=0x1 size=2 access=r", "gosiw-region/1 stag=0x1 size=-2 access=r"} {
 		if _, _, _, err := proto.ParseRegionReply([]byte(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
@@ -41,4 +41,26 @@ func TestAccess(t *testing.T) {
 	if proto.Access(0).String() != "none" {
 		t.Error("zero access")
 	}
+}
+
+// FuzzParseRegionReply: the Reply's private data comes from whatever
+// answers at siwd's address; what ParseRegionReply accepts is a region
+// of a size and rights RegionReply writes back the same.
+func FuzzParseRegionReply(f *testing.F) {
+	f.Add([]byte(proto.RegionReply(0x12345601, 1<<30, proto.AccessRead|proto.AccessWrite)))
+	f.Add([]byte(proto.RegionReply(0xffffffff, 0, proto.AccessRead)))
+	f.Add([]byte("gosiw-region/1 stag=0x1 size=-2 access=w"))
+	f.Fuzz(func(t *testing.T, pd []byte) {
+		stag, size, acc, err := proto.ParseRegionReply(pd)
+		if err != nil {
+			return
+		}
+		if size < 0 || acc&^(proto.AccessRead|proto.AccessWrite) != 0 || acc == 0 {
+			t.Fatalf("%q parsed to size %d, access %v", pd, size, acc)
+		}
+		b := proto.RegionReply(stag, size, acc)
+		if s2, z2, a2, err := proto.ParseRegionReply([]byte(b)); err != nil || s2 != stag || z2 != size || a2 != acc {
+			t.Fatalf("%q parsed to %#x %d %v; its encoding %q to %#x %d %v, %v", pd, stag, size, acc, b, s2, z2, a2, err)
+		}
+	})
 }

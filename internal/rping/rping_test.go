@@ -1,6 +1,7 @@
 package rping
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -147,4 +148,27 @@ func pingPong(t *testing.T, size, count int, crc bool) {
 	if res.Data != string(want[:size-1]) || sr.last != res.Data {
 		t.Fatalf("last ping data: client %q server %q want %q", res.Data, sr.last, want[:size-1])
 	}
+}
+
+// FuzzParseInfo: the info message comes from the rping peer; ParseInfo
+// takes exactly MsgLen bytes and what it reads Put writes back.
+func FuzzParseInfo(f *testing.F) {
+	b := make([]byte, MsgLen)
+	Info{Buf: 0x1000, RKey: 0x12345601, Size: DefaultSize}.Put(b)
+	f.Add(b)
+	f.Add(b[:MsgLen-1])
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		info, err := ParseInfo(msg, len(msg))
+		if (err == nil) != (len(msg) == MsgLen) {
+			t.Fatalf("%d bytes: %v", len(msg), err)
+		}
+		if err != nil {
+			return
+		}
+		out := make([]byte, MsgLen)
+		info.Put(out)
+		if !bytes.Equal(out, msg) {
+			t.Fatalf("%x parsed to %+v, which encodes as %x", msg, info, out)
+		}
+	})
 }
