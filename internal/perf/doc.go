@@ -41,7 +41,9 @@
 //	responder -> client  "credit N"  N more Sends may go. The client starts
 //	                     with recvs-1 credits (one receive stays free for
 //	                     "fin"); the responder returns them in batches of
-//	                     ceil(recvs/2), so at most one is ever unread.
+//	                     ceil(recvs/2), so at most one is ever unread. A
+//	                     credit past what the client owes (its Sends not
+//	                     yet credited) ends the test with an error.
 //	client -> responder  "fin ops=N bytes=B"  after the last work request
 //	                     has completed: the client's counts.
 //	responder -> client  "ok [ops=N] [bytes=B]"  what the responder counted:
