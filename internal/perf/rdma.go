@@ -321,8 +321,8 @@ func (s *rdmaStream) credit(wc rdmap.WC) error {
 	// The client is never owed more than the responder's receives less
 	// the one kept for "fin": a credit past that would let Sends go with
 	// no receive posted for them (and a large one overflow the count).
-	if n > s.peer.Recvs-1-s.credits {
-		return fmt.Errorf("perf: the responder granted %d credits with %d Sends owed", n, s.peer.Recvs-1-s.credits)
+	if owed := s.peer.Recvs - 1 - s.credits; n > owed {
+		return fmt.Errorf("perf: the responder granted %d credits with %d Sends owed", n, owed)
 	}
 	s.credits += n
 	return s.repost(int(wc.ID))

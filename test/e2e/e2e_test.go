@@ -18,8 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gosiw/gosiw/internal/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/gosiw/gosiw/internal/testutil"
 )
 
 var binDir string
