@@ -24,6 +24,17 @@ type ReaderConfig struct {
 	// caller's memory. Headers still come first (Header returns as soon
 	// as their bytes are in).
 	Buffered bool
+	// CRCInPlace: with CRC, Place reads a large payload remainder
+	// straight into the destination, as without CRC, and folds it into
+	// the CRC there, right after each read (within the placement), as
+	// Linux siw does for kernel QPs. That saves a copy, but the CRC then
+	// checks the destination's bytes, not the bytes that arrived: a
+	// destination something else writes while the payload lands in it
+	// can fail the CRC of an FPDU that arrived intact. Without it, with
+	// CRC every byte goes through the Reader's buffer, the CRC is
+	// computed there and the payload copied out. Ignored without CRC,
+	// with Markers and in Buffered mode.
+	CRCInPlace bool
 	// Leftover holds stream bytes read before the Reader starts (past
 	// the MPA handshake, say); the Reader reads them first. The Reader
 	// keeps the slice, never writes into it, and drops it once consumed.
@@ -71,7 +82,8 @@ const (
 	ReaderBufSize = 96 << 10
 	// DirectMin is the payload remainder from which Place reads straight
 	// from a VectorReader into the destination instead of through the
-	// buffer (without CRC, markers or Buffered only).
+	// buffer (without markers or Buffered, and without CRC or with
+	// ReaderConfig.CRCInPlace).
 	DirectMin = 4 << 10
 	// MaxHeader is the largest ULPDU prefix Header returns.
 	MaxHeader = 128
@@ -620,8 +632,9 @@ func (rd *Reader) complete() error {
 
 // Place reads the next len(d) payload bytes of the current ULPDU into d,
 // each write into d between p.Enter and p.Leave. Bytes already buffered
-// are copied; without CRC, markers and Buffered, a remainder of at least
-// DirectMin is read straight from a VectorReader source into d. In
+// are copied; without markers and Buffered, and without CRC or with
+// CRCInPlace, a remainder of at least DirectMin is read straight from a
+// VectorReader source into d (and with CRC folded into it there). In
 // Buffered mode the whole FPDU is read and its CRC checked (ErrBadCRC)
 // before the first byte is written.
 func (rd *Reader) Place(d []byte, p Placer) error {
@@ -657,7 +670,7 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 			rd.done += n
 			continue
 		}
-		if len(d) >= DirectMin && rd.vec != nil && !rd.cfg.CRC && !rd.cfg.Markers && !rd.cfg.Buffered && len(rd.pre) == 0 {
+		if len(d) >= DirectMin && rd.vec != nil && (!rd.cfg.CRC || rd.cfg.CRCInPlace) && !rd.cfg.Markers && !rd.cfg.Buffered && len(rd.pre) == 0 {
 			if err := p.Enter(len(d), true); err != nil {
 				return err
 			}
@@ -720,6 +733,11 @@ func (rd *Reader) readDirect(d []byte) error {
 			return err
 		}
 		k := min(n, len(d))
+		if rd.cfg.CRC {
+			// CRCInPlace: the bytes as placed, read back within the
+			// placement (the Placer's fence keeps the memory there).
+			rd.crc = UpdateCRC(rd.crc, d[:k])
+		}
 		d = d[k:]
 		rd.pos += uint64(k)
 		rd.done += k

@@ -169,8 +169,10 @@ func readHeaderFirst(t testing.TB, rd *mpa.Reader, r *rand.Rand, p *countPlacer)
 // TestReaderHeaderFirst: the header-first path (Header, Place, Trailer)
 // gives back every ULPDU the Framer framed, for CRC, markers and
 // Buffered on and off, however the stream and the placements are cut;
-// placements always pair up, and without CRC, markers and Buffered the
-// large remainders are read straight into the destination.
+// placements always pair up, and without markers and Buffered, and
+// without CRC or with CRCInPlace (the CRC then computed over the
+// destination), the large remainders are read straight into the
+// destination.
 func TestReaderHeaderFirst(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, crc := range []bool{false, true} {
@@ -180,15 +182,19 @@ func TestReaderHeaderFirst(t *testing.T) {
 					if off != 0 && !markers {
 						continue
 					}
-					for _, lend := range []bool{false, true} {
-						t.Run(fmt.Sprintf("crc=%v/markers=%v/buffered=%v/off=%d/lend=%v", crc, markers, buffered, off, lend), func(t *testing.T) {
+					for _, v := range []struct{ lend, inPlace bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+						lend, inPlace := v.lend, v.inPlace
+						if inPlace && !crc {
+							continue
+						}
+						t.Run(fmt.Sprintf("crc=%v/inplace=%v/markers=%v/buffered=%v/off=%d/lend=%v", crc, inPlace, markers, buffered, off, lend), func(t *testing.T) {
 							ulpdus := randULPDUs(r, 40, 20000)
 							ulpdus = append(ulpdus, randBytes(r, mpa.MaxULPDU), nil)
 							f := &mpa.Framer{CRC: crc, Markers: markers, Pos: off}
 							stream := buildStream(r, f, ulpdus)
 							p := &countPlacer{t: t}
 							src := &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 + r.IntN(70000)}, placer: p}
-							cfg := mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered}
+							cfg := mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered, CRCInPlace: inPlace}
 							pool := &lendPool{t: t}
 							if lend {
 								cfg.Buffers = pool
@@ -214,7 +220,7 @@ func TestReaderHeaderFirst(t *testing.T) {
 							if direct != src.vecBytes {
 								t.Fatalf("Placer announced %d direct bytes, ReadVec placed %d", direct, src.vecBytes)
 							}
-							if wantDirect := !crc && !markers && !buffered; (direct > 0) != wantDirect {
+							if wantDirect := (!crc || inPlace) && !markers && !buffered; (direct > 0) != wantDirect {
 								t.Fatalf("direct %d bytes (copied %d); want direct placement %v", direct, copied, wantDirect)
 							}
 						})
@@ -466,6 +472,12 @@ func FuzzReader(f *testing.F) {
 		f.Add(large, true, false, buffered, uint64(0), uint64(8191))
 		f.Add(large, true, false, buffered, uint64(0), uint64(1<<20|65000))
 	}
+	// CRCInPlace (seed bit 21): the large FPDUs with CRC read straight
+	// into the destination, their CRC computed there; one damaged.
+	f.Add(large, true, false, false, uint64(0), uint64(1<<21|30000))
+	damaged := bytes.Clone(large)
+	damaged[50000] ^= 0x40
+	f.Add(damaged, true, false, false, uint64(0), uint64(1<<21|1<<20|9000))
 	// Lent buffers (seed bit 20), small and large FPDUs.
 	for _, crc := range []bool{false, true} {
 		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
@@ -477,6 +489,7 @@ func FuzzReader(f *testing.F) {
 		if seed&(1<<20) != 0 {
 			cfg.Buffers = pool // the buffer lent while bytes move
 		}
+		cfg.CRCInPlace = seed&(1<<21) != 0
 		rnd := rand.New(rand.NewPCG(seed, seed>>32))
 		p := &countPlacer{t: t}
 		src := &vecReader{chunkReader: chunkReader{data: data, r: rnd, max: 1 + int(seed%5000)}, placer: p}
@@ -765,6 +778,61 @@ func TestReaderDirectReadsAhead(t *testing.T) {
 			if lend && (pool.gets == 0 || pool.out != 0) {
 				t.Errorf("lend=true cut=%d: %d buffers borrowed, %d held while idle; want some, and none held", cut, pool.gets, pool.out)
 			}
+		}
+	}
+}
+
+// TestReaderDirectCRC: with CRC and CRCInPlace, a large payload read
+// straight into the destination is folded into the CRC as placed: a byte
+// damaged in transit in the part read directly fails the FPDU's CRC (its
+// bytes are placed, as Linux siw places them), and the FPDU after it
+// reads intact. Without CRCInPlace the same comes through the buffer.
+func TestReaderDirectCRC(t *testing.T) {
+	payload := bytes.Repeat([]byte{0x5a, 0xa5, 3}, 9000)
+	good := mpa.AppendFPDU(nil, []byte("header"), payload, true)
+	for _, c := range []struct {
+		inPlace bool
+		at      int
+	}{
+		{true, -1}, {true, 4}, {true, 2 + 6 + 20000}, {true, len(good) - 5}, // none, the header, the direct part, the payload's last byte
+		{false, -1}, {false, 2 + 6 + 20000},
+	} {
+		at := c.at
+		bad := bytes.Clone(good)
+		if at >= 0 {
+			bad[at] ^= 0x10
+		}
+		// The first chunk holds the header and a little payload: the
+		// rest of it is read directly.
+		src := &queueVecReader{queueReader: queueReader{chunks: [][]byte{bad[:100], bad[100:], good}}}
+		rd := mpa.NewReader(src, nil, mpa.ReaderConfig{CRC: true, CRCInPlace: c.inPlace})
+		p := &countPlacer{t: t}
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rd.Header(6); err != nil {
+			t.Fatal(err)
+		}
+		d := make([]byte, len(payload))
+		if err := rd.Place(d, p); err != nil {
+			t.Fatalf("damaged at %d: Place: %v", at, err)
+		}
+		if c.inPlace && p.direct < len(payload)-100 || !c.inPlace && p.direct != 0 {
+			t.Errorf("in place %v, damaged at %d: %d bytes placed directly, %d copied", c.inPlace, at, p.direct, p.copied)
+		}
+		err := rd.Trailer()
+		if want := at >= 0; (err == mpa.ErrBadCRC) != want || err != nil && err != mpa.ErrBadCRC {
+			t.Fatalf("damaged at %d: Trailer: %v, want ErrBadCRC %v", at, err, want)
+		}
+		if at < 0 && !bytes.Equal(d, payload) {
+			t.Fatal("undamaged FPDU: payload differs")
+		}
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+		ul, err := rd.Rest()
+		if err != nil || !bytes.Equal(ul[6:], payload) || rd.CRC() != mpa.WireCRC(good[len(good)-4:]) {
+			t.Fatalf("damaged at %d: the next FPDU: %d bytes, %v", at, len(ul), err)
 		}
 	}
 }

@@ -71,7 +71,9 @@
 // into the target memory (readv); with CRC32c the payload goes through
 // the reader's buffer instead, folded into the CRC there before it is
 // copied into the target, so that the CRC checks the bytes that arrived
-// even when the target changes meanwhile. With markers or
+// even when the target changes meanwhile (QPConfig.CRCInPlace places it
+// straight and computes the CRC over the target, as Linux siw does for
+// kernel QPs: no copy, for memory nothing else writes). With markers or
 // QPConfig.BufferedRx the whole FPDU is read and checked before anything
 // is placed. An FPDU that is already all in the reader's buffer (small
 // FPDUs read many at a time) is taken in one step (mpa.Reader.Whole): its

@@ -26,6 +26,8 @@ var connVariants = []struct {
 	{"buffered-rx", rdmap.QPConfig{BufferedRx: true}, rdmaptest.Options{CRC: true}},
 	{"large-fpdu", rdmap.QPConfig{MaxULPDU: 65535}, rdmaptest.Options{CRC: true}},
 	{"small-fpdu-pipe", rdmap.QPConfig{}, rdmaptest.Options{Pipe: true, CRC: true}},
+	{"crc-in-place", rdmap.QPConfig{CRCInPlace: true}, rdmaptest.Options{CRC: true}},
+	{"crc-in-place-pipe", rdmap.QPConfig{CRCInPlace: true}, rdmaptest.Options{Pipe: true, CRC: true}},
 	{"pollrx", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{}},
 	{"pollrx-crc", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{CRC: true}},
 	{"pollrx-pipe", rdmap.QPConfig{PollRx: true}, rdmaptest.Options{Pipe: true}},

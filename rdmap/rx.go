@@ -30,7 +30,9 @@ import (
 //	socket ──> Reader.Place into target memory, each write fenced by
 //	             │          rxPlace (enterPlace .. leavePlace): straight
 //	             │          from the socket (readv, rxConn.ReadVec) without
-//	             │          CRC, through the reader's buffer with CRC
+//	             │          CRC, through the reader's buffer with CRC (the
+//	             │          CRC computed there), straight again with
+//	             │          QPConfig.CRCInPlace (the CRC over the target)
 //	             v
 //	           Reader.Trailer: pad + CRC ──> end: commit (completions,
 //	                                  MSNs, IRQ, invalidation, atomics)
@@ -41,7 +43,11 @@ import (
 // place each segment as it arrives, and leaves a failed message
 // undelivered with the bytes it placed undefined. Linux siw, too, places
 // payload into the target before it has checked the CRC (siw_rx_umem
-// updates the CRC over the placed bytes). What must not happen before
+// computes the CRC over the socket buffer's bytes for a user QP, over the
+// placed bytes for a kernel one: QPConfig.CRCInPlace is the latter, by
+// default the CRC covers the bytes as they arrived, through the reader's
+// buffer, so that memory written meanwhile by others cannot fail it,
+// TestCRCChecksReceivedBytes). What must not happen before
 // validation is placement outside what the STag grants: every header
 // check (STag, PD, access, bounds; QN, MSN, MO, receive buffer and its
 // length) runs before the first payload byte is read, so a segment never
@@ -328,11 +334,12 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	// An idle reader holds no buffer from rxPool (see
 	// mpa.ReaderConfig.Buffers).
 	rx.rd = mpa.NewReader(rxConn{rx}, nil, mpa.ReaderConfig{
-		CRC:      qp.p.CRC,
-		Markers:  qp.p.MarkersRx,
-		Buffered: qp.cfg.BufferedRx || qp.p.MarkersRx,
-		Leftover: qp.p.Leftover,
-		Buffers:  rxPool,
+		CRC:        qp.p.CRC,
+		Markers:    qp.p.MarkersRx,
+		Buffered:   qp.cfg.BufferedRx || qp.p.MarkersRx,
+		CRCInPlace: qp.cfg.CRCInPlace,
+		Leftover:   qp.p.Leftover,
+		Buffers:    rxPool,
 	})
 }
 

@@ -287,6 +287,7 @@ type shortMode struct {
 	noWhole  bool // header first only (rx.fpdu), never mpa.Reader.Whole
 	buffered bool // QPConfig.BufferedRx: the CRC checked before placing
 	readv    bool // large payloads without CRC placed by readv from a file descriptor
+	inPlace  bool // QPConfig.CRCInPlace: with CRC too, the CRC computed over the placed bytes (CRC streams only)
 }
 
 // TestRxShortReads: a long stream of valid FPDUs (RDMA Writes of 0 B ..
@@ -298,8 +299,8 @@ type shortMode struct {
 // length field, the headers and the CRC field, a few KiB, large reads
 // that leave FPDUs whole in the buffer), is received as the receive
 // loop takes it (rx.fpdus: whole FPDUs and runs, the header-first path,
-// direct placement without CRC), header first only, and in BufferedRx
-// mode: every byte lands where its header says, every receive
+// direct placement without CRC, and with CRC under QPConfig.CRCInPlace),
+// header first only, and in BufferedRx mode: every byte lands where its header says, every receive
 // completes, in order, with its length, every FPDU is received without
 // a read past the end of the stream (which on a socket would wait for
 // bytes that never come) and nothing is left buffered. A failure names
@@ -319,10 +320,14 @@ func TestRxShortReads(t *testing.T) {
 		{name: "loop"}, {name: "loop-readv", readv: true},
 		{name: "header-first", noWhole: true}, {name: "header-first-readv", noWhole: true, readv: true},
 		{name: "buffered", buffered: true},
+		{name: "loop-inplace", inPlace: true}, {name: "loop-readv-inplace", inPlace: true, readv: true},
 	}
 	for i := range seeds {
 		for _, crc := range []bool{false, true} {
 			for _, m := range modes {
+				if m.inPlace && !crc {
+					continue
+				}
 				seed := base + int64(i)
 				t.Run(fmt.Sprintf("seed=%d/crc=%v/%s", seed, crc, m.name), func(t *testing.T) {
 					rxShortRun(t, seed, size, crc, m)
@@ -339,7 +344,7 @@ const rxShortTimeout = 3 * time.Minute
 func rxShortRun(t *testing.T, seed int64, size int, crc bool, m shortMode) {
 	rng := rand.New(rand.NewSource(seed))
 	mem := make([]byte, shortMemLen)
-	qp, cq, mr := engineQP(t, 1<<14, QPConfig{MaxRecvWR: 1 << 14, BufferedRx: m.buffered}, mem)
+	qp, cq, mr := engineQP(t, 1<<14, QPConfig{MaxRecvWR: 1 << 14, BufferedRx: m.buffered, CRCInPlace: m.inPlace}, mem)
 	s := buildShortStream(rng, mr, size, crc)
 	if len(s.recvs) > 1<<14 {
 		t.Fatalf("seed %d: %d receives", seed, len(s.recvs))
@@ -431,6 +436,7 @@ func rxShortRun(t *testing.T, seed int64, size int, crc bool, m shortMode) {
 		}
 	}
 	partial, in, held := rx.rd.Partial(), rx.rd.InFPDU(), len(rx.rd.Buffered())
+	direct := qp.stats.rxDirect.Load() + rx.counts.direct // published, and since
 	rx.release()
 	released = true
 	where := fmt.Sprintf("seed %d (%d FPDUs, %d Writes, %d Sends, %d bytes, %d reads)", seed, s.fpdus, s.writes, s.sends, len(s.data), conn.reads)
@@ -458,5 +464,8 @@ func rxShortRun(t *testing.T, seed int64, size int, crc bool, m shortMode) {
 		}
 		t.Fatalf("%s: the region differs from byte %d on (Writes below %d, receives from there)", where, i, shortWriteArea)
 	}
-	t.Logf("%s", where)
+	if crc && !m.buffered && (direct != 0) != m.inPlace {
+		t.Errorf("%s: %d bytes placed straight from the connection with CRC, in place %v", where, direct, m.inPlace)
+	}
+	t.Logf("%s: %d bytes placed straight", where, direct)
 }

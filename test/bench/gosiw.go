@@ -88,7 +88,7 @@ type qpSide struct {
 	recvs    []rdmap.RecvWR // pollBatch copies of recv, a list to repost
 }
 
-func newQPSide(maxULPDU, sq int, pollRx bool) (*qpSide, error) {
+func newQPSide(maxULPDU, sq int, pollRx, crcInPlace bool) (*qpSide, error) {
 	dev, err := rdmap.NewDevice(&rdmap.Config{})
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func newQPSide(maxULPDU, sq int, pollRx bool) (*qpSide, error) {
 	if s.qp, err = s.pd.CreateQP(&rdmap.QPConfig{
 		SendCQ: s.cq, RecvCQ: s.cq,
 		MaxSendWR: sq, MaxRecvWR: recvPosted,
-		MaxULPDU: maxULPDU, PollRx: pollRx,
+		MaxULPDU: maxULPDU, PollRx: pollRx, CRCInPlace: crcInPlace,
 	}); err != nil {
 		return s, err
 	}
@@ -168,7 +168,7 @@ func (m rxMode) String() string {
 	return "pollrx=none"
 }
 
-func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU, sq int, mode rxMode) (_ *gosiwFixture, err error) {
+func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU, sq int, mode rxMode, crcInPlace bool) (_ *gosiwFixture, err error) {
 	f := &gosiwFixture{}
 	defer func() {
 		if err != nil {
@@ -177,10 +177,10 @@ func newGosiwFixture(ca, cb net.Conn, crc bool, maxULPDU, sq int, mode rxMode) (
 			f.close()
 		}
 	}()
-	if f.a, err = newQPSide(maxULPDU, sq, mode == rxPollBoth); err != nil {
+	if f.a, err = newQPSide(maxULPDU, sq, mode == rxPollBoth, crcInPlace); err != nil {
 		return nil, err
 	}
-	if f.b, err = newQPSide(maxULPDU, sq, mode != rxGoroutines); err != nil {
+	if f.b, err = newQPSide(maxULPDU, sq, mode != rxGoroutines, crcInPlace); err != nil {
 		return nil, err
 	}
 	for n := 0; n < recvPosted; n += pollBatch {

@@ -4,7 +4,11 @@
 //
 // Each case runs under testing.Benchmark (ReportAllocs, SetBytes): gosiw
 // RDMA Write, RDMA Read and Send/Recv streams at 64 B, 4 KiB, 64 KiB and
-// 1 MiB with the MPA CRC off and on, 1 MiB Writes on four QPs at once,
+// 1 MiB with the MPA CRC off and on (the QPs set QPConfig.CRCInPlace, as
+// an application whose memory nothing else writes would: with CRC a large
+// payload is placed straight and its CRC computed there; -crcinplace=false
+// measures a QP's default, every byte through the receive buffer), 1 MiB
+// Writes on four QPs at once,
 // and a 64-byte Send/Recv ping-pong, whose QPs use QPConfig.PollRx (the
 // waiting goroutine runs the receive engine, the mode a latency-bound
 // application opts into; pingpong-rxg, a diagnostic without a target, is
@@ -355,6 +359,7 @@ type options struct {
 	quiet      bool
 	only       string // "", "gosiw" or "raw": run one side (for profiling)
 	maxULPDU   int
+	crcInPlace bool
 	mirrored   bool // also run the mirrored baselines (a diagnostic)
 	iperf3     bool // also run iperf3, when installed, as the ceiling
 	idleQPs    int  // idle QP pairs to measure (0: none)
@@ -384,6 +389,7 @@ func main() {
 	fs.StringVar(&o.profileDir, "profiledir", "", "write a CPU profile of every run of every gosiw case into `dir`")
 	fs.BoolVar(&o.quiet, "q", false, "no progress on stderr")
 	fs.IntVar(&o.maxULPDU, "maxulpdu", 0, "QPConfig.MaxULPDU of the gosiw QPs (experiments; 0: the MULPDU from the MSS, as siw)")
+	fs.BoolVar(&o.crcInPlace, "crcinplace", true, "QPConfig.CRCInPlace for the gosiw QPs (with CRC, large payloads placed straight and the CRC computed over them there; the bench's memory is its own); false: through the receive buffer, the default a QP gets")
 	fs.StringVar(&o.only, "only", "", "run only the `side` gosiw or raw (for profiling; no ratios)")
 	fs.BoolVar(&o.mirrored, "mirrored", true, "also run the mirrored baselines (the QP's goroutine structure over TCP; a diagnostic column)")
 	fs.BoolVar(&o.iperf3, "iperf3", true, "also run iperf3, when installed, and print its figure as the ceiling")
@@ -737,7 +743,7 @@ func (r *runner) gosiwFixtures(link string, crc bool, n int, mode rxMode, sq int
 		}
 		c, s, err := r.connPair(link)
 		if err == nil {
-			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, sq, mode)
+			fs[i], err = newGosiwFixture(c, s, crc, r.o.maxULPDU, sq, mode, r.o.crcInPlace)
 		}
 		if err != nil {
 			r.gosiwErr[ekey] = err
@@ -1021,6 +1027,9 @@ func (c *gosiwCase) targetText() string {
 func (r *runner) print(w io.Writer) int {
 	fmt.Fprintf(w, "gosiw vs bare TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; load average %s at start, %s at end; took %v\n",
 		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
+	if !r.o.crcInPlace {
+		fmt.Fprintf(w, "gosiw QPs without CRCInPlace: with CRC every payload byte through the receive buffer\n")
+	}
 	if r.o.maxULPDU != 0 {
 		fmt.Fprintf(w, "gosiw QPs with MaxULPDU %d (not the default)\n", r.o.maxULPDU)
 	}
@@ -1239,6 +1248,7 @@ func (r *runner) printJSON(w io.Writer) int {
 		LoadStart  string          `json:"load_start"`
 		LoadEnd    string          `json:"load_end"`
 		MaxULPDU   int             `json:"max_ulpdu,omitempty"`
+		CRCInPlace bool            `json:"crc_in_place"`
 		VethMSS    int             `json:"veth_mss,omitempty"`
 		VethError  string          `json:"veth_error,omitempty"`
 		Cases      []jsonCase      `json:"cases"`
@@ -1249,7 +1259,7 @@ func (r *runner) printJSON(w io.Writer) int {
 		SiwdIdle   *siwdIdleResult `json:"idle_siwd,omitempty"`
 		SiwdError  string          `json:"idle_siwd_error,omitempty"`
 	}{GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), Time: r.o.time.String(), Count: r.o.count,
-		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
+		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, CRCInPlace: r.o.crcInPlace, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
 	if r.vethErr != nil {
 		out.VethError = r.vethErr.Error()
 	}
