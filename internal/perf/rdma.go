@@ -146,7 +146,11 @@ func dialRDMA(ctx context.Context, addr string, o *Options, dev *rdmap.Device, i
 	if s.qp, err = pd.CreateQP(&rdmap.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: p.Depth + 2, MaxRecvWR: s.nrecv,
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: ctrlLen,
 		PollRx: p.Op == OpPingPong, // a ping-pong's waiter receives itself
-		PollTx: !o.SendGoroutine && (p.Op == OpWrite || p.Op == OpSend)}); err != nil {
+		PollTx: !o.SendGoroutine && (p.Op == OpWrite || p.Op == OpSend),
+		// Read Responses land in s.data, which nothing writes during
+		// a Read test: with CRC they go straight in, their CRC computed
+		// there.
+		CRCInPlace: true}); err != nil {
 		return nil, err
 	}
 	s.release = append(s.release, s.qp.Close)
