@@ -1027,8 +1027,10 @@ func (c *gosiwCase) targetText() string {
 func (r *runner) print(w io.Writer) int {
 	fmt.Fprintf(w, "gosiw vs bare TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; load average %s at start, %s at end; took %v\n",
 		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
-	if !r.o.crcInPlace {
-		fmt.Fprintf(w, "gosiw QPs without CRCInPlace: with CRC every payload byte through the receive buffer\n")
+	if r.o.crcInPlace {
+		fmt.Fprintf(w, "gosiw QPs with CRCInPlace: with CRC large payloads placed straight, their CRC computed there (-crcinplace=false: through the receive buffer, a QP's default)\n")
+	} else {
+		fmt.Fprintf(w, "gosiw QPs without CRCInPlace: with CRC every payload byte through the receive buffer (a QP's default)\n")
 	}
 	if r.o.maxULPDU != 0 {
 		fmt.Fprintf(w, "gosiw QPs with MaxULPDU %d (not the default)\n", r.o.maxULPDU)
