@@ -52,7 +52,10 @@
 // caller's Placer; without CRC or markers, large remainders go straight
 // from a VectorReader, readv, into that memory) or Discard drops it, and
 // Trailer reads the pad and checks the CRC over the bytes as they were
-// read, never re-read from the caller's memory. Markers are removed and
+// read, never re-read from the caller's memory (unless
+// ReaderConfig.CRCInPlace asks for large remainders with CRC to go
+// straight too, their CRC computed over that memory right after each
+// read, inside the placement). Markers are removed and
 // covered by the CRC. In Buffered mode the whole FPDU is read and its CRC
 // checked before Place writes anything. Its errors are mpa's
 // (ErrBadCRC, ErrULPDUTooLong, io.ErrUnexpectedEOF inside an FPDU) or the
