@@ -28,7 +28,7 @@ type QPStats struct {
 	// RxPlacedDirect counts payload bytes read from the socket straight
 	// into registered memory; RxPlacedCopied those copied from the
 	// receive buffer (all of them under CRC, which is checked in the
-	// buffer).
+	// buffer, unless QPConfig.CRCInPlace).
 	RxPlacedDirect, RxPlacedCopied  uint64
 	TerminatesSent, TerminatesRecvd uint64
 	CRCErrors                       uint64
