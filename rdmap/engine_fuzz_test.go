@@ -54,6 +54,7 @@ const (
 	cfgSRQ
 	cfgRFC7306
 	cfgBuffered
+	cfgCRCInPlace // QPConfig.CRCInPlace (with cfgCRC: large payloads placed straight, their CRC computed there)
 )
 
 // Operations (an input byte modulo opCount), each followed by its
@@ -163,7 +164,8 @@ func newEngine(t *testing.T, cfg byte) *engine {
 	if e.cq, err = e.dev.CreateCQ(256); err != nil {
 		t.Fatal(err)
 	}
-	qc := rdmap.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, RFC7306: cfg&cfgRFC7306 != 0, BufferedRx: cfg&cfgBuffered != 0}
+	qc := rdmap.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, RFC7306: cfg&cfgRFC7306 != 0, BufferedRx: cfg&cfgBuffered != 0,
+		CRCInPlace: cfg&cfgCRCInPlace != 0}
 	if cfg&cfgSRQ != 0 {
 		if e.srq, err = e.pd.CreateSRQ(nil); err != nil {
 			t.Fatal(err)
@@ -869,7 +871,7 @@ func engineSeeds() [][]byte {
 	atomicResp := []byte{opAtomicResp, 0, 0, 0, 0, 0, 0, 0, 0, 42}
 	imm := cat([]byte{opImm, 0}, make([]byte, 8))
 	cut := []byte{opCut}
-	for _, cfg := range []byte{0, cfgCRC, cfgBuffered, cfgCRC | cfgBuffered, cfgSRQ, cfgSRQ | cfgCRC} {
+	for _, cfg := range []byte{0, cfgCRC, cfgBuffered, cfgCRC | cfgBuffered, cfgSRQ, cfgSRQ | cfgCRC, cfgCRC | cfgCRCInPlace} {
 		// Everything a correct peer does: Writes (small and direct),
 		// Sends (whole and in two segments), Read Requests, all three
 		// Reads answered (the large one in pieces).
@@ -909,6 +911,7 @@ func engineSeeds() [][]byte {
 	// Hostile ones.
 	b(0, write(0, 100, 1), []byte{opGarbage, 3, 0xff, 0xff, 0x12})
 	b(cfgCRC, writeOp(0, 0, 10, 1, 1))                                                         // bad CRC
+	b(cfgCRC|cfgCRCInPlace, write(0, 8, 1), cut, writeOp(0, 0, 6000, 1, 1))                    // bad CRC of a payload placed straight
 	b(0, writeOp(0, 0, 3000, 1, 0x72))                                                         // cut short
 	b(0, write(8000, 1000, 1))                                                                 // beyond the window
 	b(0, writeOp(1, 0, 10, 1, 0))                                                              // read-only MR
