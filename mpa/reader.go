@@ -705,19 +705,12 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // had (the source had more), and otherwise reads ahead into its small
 // array: a stream that has gone quiet does not take a buffer back.
 //
-// Since the MULPDU follows the loopback EMSS an FPDU there is about 62
-// KiB, so the buffer holds less than two: the read ahead copies 70% of
-// a 1 MiB Write stream's bytes (QPStats.RxPlacedCopied) and saves fewer
-// readvs than it did. Limiting it, for FPDUs longer than half the
-// buffer, to the trailer and next header was measured on 2026-12-07 and
-// dropped: the copies fell to 0.6% and memmove left the profile (7% of
-// four QPs' CPU), but readv calls per MiB went from 12.5 to 22 (partial
-// reads of payloads still arriving) and the CPU per MiB stayed where it
-// was (541 against 560 µs, one 2 s run each of -only gosiw -run
-// '^write-4qp/1048576/crc=off/lo'); the ratios to bare TCP, 8 to 14
-// interleaved rounds of -count 1 -time 500ms, moved either way within
-// the noise (four QPs, medians: 0.85 -> 0.88, 0.89 -> 0.91, 1.02 ->
-// 0.93).
+// With loopback's 62 KiB FPDUs (the MULPDU follows the EMSS) the read
+// ahead copies about 70% of a 1 MiB Write stream (QPStats.RxPlacedCopied).
+// Reading ahead only the trailer and the next header after such FPDUs
+// copied 0.6% but took about twice the readv calls (12.5 -> 22 per MiB),
+// for the same CPU per MiB (541 against 560 µs on four QPs); measured and
+// dropped twice on 2026-12-07 (the README has the first round).
 func (rd *Reader) readDirect(d []byte) error {
 	rd.foldCRC()
 	if rd.cfg.Buffers != nil && rd.lent == nil && !rd.drained {

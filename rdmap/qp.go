@@ -133,14 +133,13 @@ type QPConfig struct {
 	// CRC over the bytes there, right after each read (as Linux siw
 	// does for kernel QPs), instead of reading every byte into a buffer,
 	// computing the CRC there and copying the payload out. It saves that
-	// copy (1 MiB Writes with CRC over loopback, make bench's gosiw
-	// side alone: 542 -> 399 µs per MiB, 842 -> 649 µs of CPU, medians
-	// of 10 interleaved runs), at a price:
-	// the CRC then checks the target memory, not the bytes that arrived,
-	// so memory that the application or another connection writes while
-	// a payload lands in it can fail the CRC of an FPDU that arrived
-	// intact, which ends the connection with a Terminate (MPA CRC error)
-	// blaming the peer. Without it the CRC checks exactly the bytes
+	// copy (1 MiB Writes with CRC over loopback, make bench's gosiw side
+	// alone: 542 -> 399 µs per MiB, 842 -> 649 µs of CPU, medians of 10
+	// interleaved runs), at a price: the CRC then checks the target
+	// memory, not the bytes that arrived, so memory that the application
+	// or another connection writes while a payload lands in it can fail
+	// the CRC of an FPDU that arrived intact, which ends the connection
+	// with a Terminate (MPA CRC error) blaming the peer. Without it the CRC checks exactly the bytes
 	// received, whatever happens to the memory they land in. Set it only
 	// when nothing else writes the memory this QP's Writes, Sends and
 	// Read Responses land in while they may land there (buffers the

@@ -42,12 +42,12 @@ import (
 // Delivery (telling the ULP a message is complete), lets a Data Sink
 // place each segment as it arrives, and leaves a failed message
 // undelivered with the bytes it placed undefined. Linux siw, too, places
-// payload into the target before it has checked the CRC (siw_rx_umem
-// computes the CRC over the socket buffer's bytes for a user QP, over the
-// placed bytes for a kernel one: QPConfig.CRCInPlace is the latter, by
-// default the CRC covers the bytes as they arrived, through the reader's
-// buffer, so that memory written meanwhile by others cannot fail it,
-// TestCRCChecksReceivedBytes). What must not happen before
+// payload into the target before it has checked the CRC. siw_rx_umem
+// computes the CRC over the socket buffer's bytes for a user QP and over
+// the placed bytes for a kernel one; gosiw's default is the former (the
+// bytes as they arrived, through the reader's buffer, so that memory
+// written meanwhile by others cannot fail it: TestCRCChecksReceivedBytes),
+// QPConfig.CRCInPlace the latter. What must not happen before
 // validation is placement outside what the STag grants: every header
 // check (STag, PD, access, bounds; QN, MSN, MO, receive buffer and its
 // length) runs before the first payload byte is read, so a segment never

@@ -300,10 +300,11 @@ type shortMode struct {
 // that leave FPDUs whole in the buffer), is received as the receive
 // loop takes it (rx.fpdus: whole FPDUs and runs, the header-first path,
 // direct placement without CRC, and with CRC under QPConfig.CRCInPlace),
-// header first only, and in BufferedRx mode: every byte lands where its header says, every receive
-// completes, in order, with its length, every FPDU is received without
-// a read past the end of the stream (which on a socket would wait for
-// bytes that never come) and nothing is left buffered. A failure names
+// header first only, and in BufferedRx mode: every byte lands where its
+// header says, every receive completes, in order, with its length,
+// every FPDU is received without a read past the end of the stream
+// (which on a socket would wait for bytes that never come) and nothing
+// is left buffered. A failure names
 // its seed S: go test -run 'TestRxShortReads/seed=S/' -args
 // -rxshort.seed=S repeats it (the stream and the reads derive from it).
 func TestRxShortReads(t *testing.T) {
