@@ -710,7 +710,9 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // Reading ahead only the trailer and the next header after such FPDUs
 // copied 0.6% but took about twice the readv calls (12.5 -> 22 per MiB),
 // for the same CPU per MiB (541 against 560 µs on four QPs); measured and
-// dropped twice on 2026-12-07 (the README has the first round).
+// dropped three times on 2026-12-07, the last with SO_RCVLOWAT set to the
+// payload's remainder before a wait: the extra readv calls are short
+// reads of a payload still arriving, not waits (test/bench/RESULTS.md).
 func (rd *Reader) readDirect(d []byte) error {
 	rd.foldCRC()
 	if rd.cfg.Buffers != nil && rd.lent == nil && !rd.drained {
