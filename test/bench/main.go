@@ -979,6 +979,21 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// tcpCongestion is the congestion control new TCP connections get
+// (Linux; "unknown" elsewhere): every stream of the bench, gosiw's and the
+// baselines', runs under it, and it moves the loopback baselines (under
+// BBR their runs spread far wider than under cubic: test/bench/RESULTS.md).
+func tcpCongestion() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return "unknown"
+	}
+	if s := strings.TrimSpace(string(b)); s != "" {
+		return s
+	}
+	return "unknown"
+}
+
 // judge compares a ratio with a case's target: "pass", "miss" or, for a
 // case with a milestone, "miss (milestone pass)".
 func (c *gosiwCase) judge(ratio float64) (string, bool) {
@@ -1025,8 +1040,8 @@ func (c *gosiwCase) targetText() string {
 }
 
 func (r *runner) print(w io.Writer) int {
-	fmt.Fprintf(w, "gosiw vs bare TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; load average %s at start, %s at end; took %v\n",
-		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
+	fmt.Fprintf(w, "gosiw vs bare TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; TCP congestion control %s; load average %s at start, %s at end; took %v\n",
+		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), tcpCongestion(), r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
 	if r.o.crcInPlace {
 		fmt.Fprintf(w, "gosiw QPs with CRCInPlace: with CRC large payloads placed straight, their CRC computed there (-crcinplace=false: through the receive buffer, a QP's default)\n")
 	} else {
@@ -1249,6 +1264,7 @@ func (r *runner) printJSON(w io.Writer) int {
 		Count      int             `json:"count"`
 		LoadStart  string          `json:"load_start"`
 		LoadEnd    string          `json:"load_end"`
+		Congestion string          `json:"tcp_congestion_control"`
 		MaxULPDU   int             `json:"max_ulpdu,omitempty"`
 		CRCInPlace bool            `json:"crc_in_place"`
 		VethMSS    int             `json:"veth_mss,omitempty"`
@@ -1261,7 +1277,7 @@ func (r *runner) printJSON(w io.Writer) int {
 		SiwdIdle   *siwdIdleResult `json:"idle_siwd,omitempty"`
 		SiwdError  string          `json:"idle_siwd_error,omitempty"`
 	}{GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), Time: r.o.time.String(), Count: r.o.count,
-		LoadStart: r.loadStart, LoadEnd: r.loadEnd, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, CRCInPlace: r.o.crcInPlace, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
+		LoadStart: r.loadStart, LoadEnd: r.loadEnd, Congestion: tcpCongestion(), VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, CRCInPlace: r.o.crcInPlace, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
 	if r.vethErr != nil {
 		out.VethError = r.vethErr.Error()
 	}

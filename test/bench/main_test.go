@@ -347,6 +347,11 @@ func TestOutput(t *testing.T) {
 		t.Errorf("exit code %d", code)
 	}
 	s := out.String()
+	// The header names the congestion control the streams ran under.
+	cc := regexp.MustCompile(`(?m)^gosiw vs bare TCP: .*; TCP congestion control ([^;]+); load average `).FindStringSubmatch(s)
+	if cc == nil {
+		t.Errorf("no congestion control in the header:\n%s", s)
+	}
 	for _, row := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^write +1048576 +off +lo +2016\.5 MB/s +2097\.2 MB/s +bulk +0\.96 +>=0\.95 +pass +0 +- +1\.15 +- *$`),
 		regexp.MustCompile(`(?m)^write +1048576 +on +lo +1310\.7 MB/s +2097\.2 MB/s +bulk +0\.62 +>=0\.85 +miss +1 miss +- +0\.75 +- *$`),
@@ -407,10 +412,14 @@ func TestOutput(t *testing.T) {
 		t.Errorf("JSON exit code %d", code)
 	}
 	var j struct {
-		Cases []map[string]any `json:"cases"`
+		Congestion string           `json:"tcp_congestion_control"`
+		Cases      []map[string]any `json:"cases"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
 		t.Fatalf("JSON: %v\n%s", err, out.String())
+	}
+	if cc != nil && j.Congestion != cc[1] {
+		t.Errorf("JSON tcp_congestion_control %q, the table's header %q", j.Congestion, cc[1])
 	}
 	bounds := 0
 	for _, c := range j.Cases {
