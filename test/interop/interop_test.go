@@ -453,6 +453,25 @@ func abortMidTransfer() (string, error) {
 	return fmt.Sprintf("3 pings, then %d Sends posted and RST: all %d completed (%d flushed)", posted, got, flushed), nil
 }
 
+// tsharkWhere names the first frame of tshark's -V output whose
+// dissection has a line containing sub: the frame's first line, the
+// TCP line of that frame (stream, sequence numbers, length) and the
+// line itself, so that a failure says where to look in the capture.
+func tsharkWhere(out, sub string) string {
+	frame, tcp := "", ""
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "Frame "):
+			frame, tcp = l, ""
+		case strings.HasPrefix(l, "Transmission Control Protocol"):
+			tcp = l
+		case strings.Contains(l, sub):
+			return fmt.Sprintf("%s | %s | %s", frame, tcp, strings.TrimSpace(l))
+		}
+	}
+	return ""
+}
+
 func firstLine(s, sub string) string {
 	for _, l := range strings.Split(s, "\n") {
 		if strings.Contains(l, sub) {
@@ -535,9 +554,9 @@ func checkCapture(t *testing.T, tb *table, pcap string) {
 		s := string(tout)
 		switch {
 		case strings.Contains(s, "Malformed"):
-			err = fmt.Errorf("tshark reports a malformed packet")
+			err = fmt.Errorf("tshark reports a malformed packet: %s", tsharkWhere(s, "Malformed"))
 		case strings.Contains(s, "Bad CRC32"):
-			err = fmt.Errorf("tshark reports a bad CRC")
+			err = fmt.Errorf("tshark reports a bad CRC: %s", tsharkWhere(s, "Bad CRC32"))
 		}
 		detail = fmt.Sprintf("%d good CRC32, no malformed packet", strings.Count(s, "Good CRC32"))
 	}
@@ -638,4 +657,24 @@ func probeLinux() (string, error) {
 		return "", fmt.Errorf("probe table differs from Linux siw's observed behaviour:\n  %s\n%s", strings.Join(bad, "\n  "), out)
 	}
 	return strings.Join(got, " "), nil
+}
+
+func TestTsharkWhere(t *testing.T) {
+	out := strings.Join([]string{
+		"Frame 4: 78 bytes on wire (624 bits), 78 bytes captured (624 bits)",
+		"Transmission Control Protocol, Src Port: 33671, Dst Port: 34619, Seq: 1, Ack: 1, Len: 24",
+		"iWARP Marker Protocol data unit Aligned framing",
+		"Frame 9: 130 bytes on wire (1040 bits), 130 bytes captured (1040 bits)",
+		"Transmission Control Protocol, Src Port: 34619, Dst Port: 33671, Seq: 25, Ack: 25, Len: 64",
+		"    [Malformed Packet: IWARP_MPA]",
+	}, "\n")
+	want := "Frame 9: 130 bytes on wire (1040 bits), 130 bytes captured (1040 bits) | " +
+		"Transmission Control Protocol, Src Port: 34619, Dst Port: 33671, Seq: 25, Ack: 25, Len: 64 | " +
+		"[Malformed Packet: IWARP_MPA]"
+	if got := tsharkWhere(out, "Malformed"); got != want {
+		t.Errorf("tsharkWhere:\n got %q\nwant %q", got, want)
+	}
+	if got := tsharkWhere(out, "Bad CRC32"); got != "" {
+		t.Errorf("tsharkWhere without a match: %q", got)
+	}
 }
