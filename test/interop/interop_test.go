@@ -659,7 +659,7 @@ func probeLinux() (string, error) {
 	return strings.Join(got, " "), nil
 }
 
-func TestTsharkWhere(t *testing.T) {
+func TestInteropTsharkWhere(t *testing.T) {
 	out := strings.Join([]string{
 		"Frame 4: 78 bytes on wire (624 bits), 78 bytes captured (624 bits)",
 		"Transmission Control Protocol, Src Port: 33671, Dst Port: 34619, Seq: 1, Ack: 1, Len: 24",
