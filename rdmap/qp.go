@@ -139,13 +139,13 @@ type QPConfig struct {
 	// memory, not the bytes that arrived, so memory that the application
 	// or another connection writes while a payload lands in it can fail
 	// the CRC of an FPDU that arrived intact, which ends the connection
-	// with a Terminate (MPA CRC error) blaming the peer. Without it the CRC checks exactly the bytes
-	// received, whatever happens to the memory they land in. Set it only
-	// when nothing else writes the memory this QP's Writes, Sends and
-	// Read Responses land in while they may land there (buffers the
-	// application owns outright, as a kernel ULP does; not a region that
-	// several connections write). Ignored without CRC, with markers and
-	// with BufferedRx.
+	// with a Terminate (MPA CRC error) blaming the peer. Without it the
+	// CRC checks exactly the bytes received, whatever happens to the
+	// memory they land in. Set it only when nothing else writes the
+	// memory this QP's Writes, Sends and Read Responses land in while
+	// they may land there (buffers the application owns outright, as a
+	// kernel ULP does; not a region that several connections write).
+	// Ignored without CRC, with markers and with BufferedRx.
 	CRCInPlace bool
 	// DisconnectTimeout bounds a graceful disconnect: how long the QP
 	// waits for the peer's FIN after its own (default 3s).

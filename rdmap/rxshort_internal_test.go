@@ -304,9 +304,9 @@ type shortMode struct {
 // header says, every receive completes, in order, with its length,
 // every FPDU is received without a read past the end of the stream
 // (which on a socket would wait for bytes that never come) and nothing
-// is left buffered. A failure names
-// its seed S: go test -run 'TestRxShortReads/seed=S/' -args
-// -rxshort.seed=S repeats it (the stream and the reads derive from it).
+// is left buffered. A failure names its seed S: go test -run
+// 'TestRxShortReads/seed=S/' -args -rxshort.seed=S repeats it (the
+// stream and the reads derive from it).
 func TestRxShortReads(t *testing.T) {
 	base := *rxShortSeed
 	if base == 0 {

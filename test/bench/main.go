@@ -502,6 +502,7 @@ func benchMain(o *options) int {
 		return 2
 	}
 	r.loadStart = loadAvg()
+	r.congestion = tcpCongestion()
 	start := time.Now()
 	if o.idleQPs > 0 && o.only != "raw" {
 		if !o.quiet {
@@ -569,6 +570,7 @@ type runner struct {
 	siwdIdleErr error
 
 	loadStart, loadEnd string
+	congestion         string // tcpCongestion at the start
 	elapsed            time.Duration
 }
 
@@ -1041,7 +1043,7 @@ func (c *gosiwCase) targetText() string {
 
 func (r *runner) print(w io.Writer) int {
 	fmt.Fprintf(w, "gosiw vs bare TCP: best of %d runs of %v per case; %s, GOMAXPROCS=%d, %d CPUs; TCP congestion control %s; load average %s at start, %s at end; took %v\n",
-		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), tcpCongestion(), r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
+		r.o.count, r.o.time, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), r.congestion, r.loadStart, r.loadEnd, r.elapsed.Round(time.Second))
 	if r.o.crcInPlace {
 		fmt.Fprintf(w, "gosiw QPs with CRCInPlace: with CRC large payloads placed straight, their CRC computed there (-crcinplace=false: through the receive buffer, a QP's default)\n")
 	} else {
@@ -1277,7 +1279,7 @@ func (r *runner) printJSON(w io.Writer) int {
 		SiwdIdle   *siwdIdleResult `json:"idle_siwd,omitempty"`
 		SiwdError  string          `json:"idle_siwd_error,omitempty"`
 	}{GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0), Time: r.o.time.String(), Count: r.o.count,
-		LoadStart: r.loadStart, LoadEnd: r.loadEnd, Congestion: tcpCongestion(), VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, CRCInPlace: r.o.crcInPlace, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
+		LoadStart: r.loadStart, LoadEnd: r.loadEnd, Congestion: r.congestion, VethMSS: r.vethMSS, MaxULPDU: r.o.maxULPDU, CRCInPlace: r.o.crcInPlace, IdleQPs: r.idle, SiwdIdle: r.siwdIdle}
 	if r.vethErr != nil {
 		out.VethError = r.vethErr.Error()
 	}

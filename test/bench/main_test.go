@@ -319,6 +319,7 @@ func TestFmtRatio(t *testing.T) {
 
 func TestOutput(t *testing.T) {
 	r := newRunner(&options{time: time.Second, count: 1, links: []string{"lo", "veth"}, run: regexp.MustCompile("")})
+	r.congestion = "cubic" // as the run's start records it
 	bulk := &rawCase{Kind: "bulk", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 500_000}}
 	stream := &rawCase{Kind: "stream", Size: 1 << 20, Link: "lo", best: &sample{NsPerOp: 600_000}}
 	batched := &rawCase{Kind: "batched", Size: 64, Link: "lo", best: &sample{NsPerOp: 100}}
@@ -349,8 +350,8 @@ func TestOutput(t *testing.T) {
 	s := out.String()
 	// The header names the congestion control the streams ran under.
 	cc := regexp.MustCompile(`(?m)^gosiw vs bare TCP: .*; TCP congestion control ([^;]+); load average `).FindStringSubmatch(s)
-	if cc == nil {
-		t.Errorf("no congestion control in the header:\n%s", s)
+	if cc == nil || cc[1] != "cubic" {
+		t.Errorf("no congestion control cubic in the header:\n%s", s)
 	}
 	for _, row := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^write +1048576 +off +lo +2016\.5 MB/s +2097\.2 MB/s +bulk +0\.96 +>=0\.95 +pass +0 +- +1\.15 +- *$`),
