@@ -5,10 +5,14 @@
 # runs `sh N.sh > N.out 2>&1` in the background and then writes the exit
 # status to N.rc. A step that starts a server touches N.ready itself once
 # it listens. /mnt/host/q/STOP ends the session (or 900 s pass).
+# The capture's kernel buffer is 16 MiB (-B): under TCG on a busy host
+# tcpdump can fall behind, and what it drops is a gap in the capture;
+# tcpdump's count of drops goes out beside it (tcpdump.err) for the host
+# to report.
 Q=/mnt/host/q; P=/mnt/host/pcaps
 mkdir -p $Q $P
 rdma link delete siw_lo 2>/dev/null   # one iWARP device: wildcard listens are unambiguous
-tcpdump -i eth0 -s 0 -U -Z root -w /tmp/interop.pcap tcp 2>/tmp/tcpdump.err &
+tcpdump -i eth0 -s 0 -B 16384 -U -Z root -w /tmp/interop.pcap tcp 2>/tmp/tcpdump.err &
 TPID=$!
 sleep 1
 echo "agent: $(uname -r), $(rdma link show | tr '\n' ' ')" > $Q/READY
@@ -24,4 +28,5 @@ done
 sleep 1
 kill -INT $TPID; wait $TPID
 cp /tmp/interop.pcap $P/interop.pcap
+cp /tmp/tcpdump.err $P/tcpdump.err
 dmesg > $Q/dmesg.txt
