@@ -558,8 +558,10 @@ func checkCapture(t *testing.T, tb *table, pcap string) {
 	keep := os.Getenv("INTEROP_OUT")
 	if keep != "" {
 		os.MkdirAll(keep, 0o755)
-		b, _ := os.ReadFile(pcap)
-		os.WriteFile(filepath.Join(keep, "interop.pcap"), b, 0o644)
+		for _, f := range []string{"interop.pcap", "tcpdump.err"} {
+			b, _ := os.ReadFile(filepath.Join(filepath.Dir(pcap), f))
+			os.WriteFile(filepath.Join(keep, f), b, 0o644)
+		}
 	}
 	dropped := -1
 	if b, err := os.ReadFile(filepath.Join(filepath.Dir(pcap), "tcpdump.err")); err == nil {
