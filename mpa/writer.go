@@ -50,16 +50,33 @@ const (
 	WriterScratchLen = 128 << 10
 	// WriterCopyLen is the longest payload piece a Writer without CRC
 	// and markers copies into its scratch arena instead of referring to
-	// it (see Writer). Chosen with BenchmarkWriterSmall (writev over
-	// loopback, CPU of both ends per FPDU, copy against none): 13-25%
-	// less for payloads of 64 to 512 bytes, no difference at 1 KiB, 23%
-	// more at 2 KiB, where the second copy outweighs the two iovecs saved.
-	WriterCopyLen = 512
+	// it (see Writer): every data FPDU of a link with an Ethernet MTU of
+	// 1500 (MSS 1448 or 1460: payloads of at most 1440 bytes). The
+	// kernel's copy out of a writev walks its iovecs one by one, and a
+	// small piece costs about as much there as a large one: over a veth
+	// with MTU 1500 (test/bench, 1 MiB Writes, gosiw's side alone, perf)
+	// _copy_from_iter took 217 µs per MiB for gosiw's two iovecs per
+	// FPDU against 108 for the bare stream's one write. Copied, in four
+	// interleaved rounds of that case, gosiw ran 1510-1637 MB/s at
+	// 929-1039 µs of CPU per MiB instead of 1127-1376 at 1029-1242, with
+	// 8.75 writes per MiB instead of 2.27 (small FPDUs bound a batch at
+	// WriterSmallMaxBytes); over loopback, streams of 1024- and 1424-byte
+	// Writes and Sends ran 1.7-3.0 M msgs/s instead of 1.3-2.6 in three
+	// rounds, 2048-byte ones alike with and without the copy. It was 512
+	// until then, chosen with BenchmarkWriterSmall (writev over loopback
+	// to a reader that discards, 64 FPDUs of one 4 KiB source per
+	// batch): 13-25% less CPU for payloads of 64 to 512 bytes, then none
+	// at 1 KiB and 23% more at 2 KiB; on 2026-12-07 that benchmark
+	// measured less with the copy at 1024, 1424 and 2048 bytes, too
+	// noisy to choose by.
+	WriterCopyLen = 1536
 	// WriterSmallLen is the size of the array a Writer holds of its own
 	// for a batch that a Run for one FPDU starts (see Writer): a whole
-	// FPDU of a ULPDU of up to 634 bytes, every FPDU a Run takes when
-	// MaxHeader is at most 122 bytes, so that a batch of one small FPDU
-	// (a direct send) borrows, clears and gives back no arena or buffer.
+	// FPDU of a ULPDU of up to 634 bytes (a header of up to 122 bytes
+	// and a payload of up to 512), so that a batch of one such FPDU (a
+	// direct send) borrows, clears and gives back no arena or buffer; a
+	// Run there takes no longer FPDU (Next returns nil), which then
+	// goes to a borrowed arena.
 	WriterSmallLen = 640
 	// defaultMaxHeader is WriterConfig.MaxHeader when it is zero.
 	defaultMaxHeader = 128

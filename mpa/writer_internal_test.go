@@ -217,10 +217,7 @@ func TestWriterOne(t *testing.T) {
 		for i := range hdr {
 			hdr[i] = byte(i + 1)
 		}
-		plens := []int{0, 1, 2, 3, 64, 500, WriterCopyLen}
-		if crc {
-			plens = append(plens, 600, 614) // up to all of small
-		}
+		plens := []int{0, 1, 2, 3, 64, 500, 600, 614} // up to all of small
 		for _, plen := range plens {
 			payload := make([]byte, plen)
 			for i := range payload {
@@ -312,8 +309,15 @@ func TestWriterOne(t *testing.T) {
 	if w.One(40) != nil {
 		t.Fatal("One with the caller's Scratch, without CRC")
 	}
+	// Without CRC a Run copies payloads of up to writerCopyLen bytes:
+	// with less than small holds, One takes no more.
+	defer func(n int) { writerCopyLen = n }(writerCopyLen)
+	writerCopyLen = 100
 	w.Init(WriterConfig{MaxHeader: 18})
-	if w.One(18+WriterCopyLen+1) != nil {
-		t.Fatal("One without CRC took a ULPDU past MaxHeader+WriterCopyLen")
+	if w.One(18+101) != nil {
+		t.Fatal("One without CRC took a ULPDU past MaxHeader+writerCopyLen")
+	}
+	if w.One(18+100) == nil {
+		t.Fatal("One without CRC refused a ULPDU of MaxHeader+writerCopyLen")
 	}
 }

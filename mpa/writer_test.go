@@ -424,7 +424,7 @@ func BenchmarkWriterSmall(b *testing.B) {
 	src := make([]byte, 4096)
 	hdr := make([]byte, 18)
 	const batch = 64
-	for _, size := range []int{64, 128, 256, 512, 1024, 2048} {
+	for _, size := range []int{64, 128, 256, 512, 1024, 1424, 2048} {
 		for _, copyLen := range []int{0, size} {
 			b.Run(fmt.Sprintf("size=%d/copy=%d", size, copyLen), func(b *testing.B) {
 				defer mpa.SetWriterCopyLen(copyLen)()
