@@ -473,23 +473,21 @@ var tsharkTCPRe = regexp.MustCompile(`Src Port: (\d+), Dst Port: (\d+), Seq: (\d
 // sub, once per frame, in capture order.
 func tsharkHits(out, sub string) []tsharkHit {
 	var hits []tsharkHit
-	var cur *tsharkHit
-	frame, tcp := "", ""
+	frame, tcp, hit := "", "", false // hit: this frame has one already
 	for _, l := range strings.Split(out, "\n") {
 		switch {
 		case strings.HasPrefix(l, "Frame "):
-			frame, tcp, cur = l, "", nil
+			frame, tcp, hit = l, "", false
 		case strings.HasPrefix(l, "Transmission Control Protocol"):
 			tcp = l
-		case cur == nil && strings.Contains(l, sub):
+		case !hit && strings.Contains(l, sub):
 			h := tsharkHit{frame: frame, tcp: tcp, verdict: strings.TrimSpace(l)}
 			if m := tsharkTCPRe.FindStringSubmatch(tcp); m != nil {
 				seq, _ := strconv.ParseUint(m[3], 10, 64)
 				n, _ := strconv.ParseUint(m[4], 10, 64)
 				h.src, h.dst, h.end = m[1], m[2], seq-1+n
 			}
-			hits = append(hits, h)
-			cur = &hits[len(hits)-1]
+			hits, hit = append(hits, h), true
 		}
 	}
 	return hits
