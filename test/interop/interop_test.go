@@ -461,8 +461,9 @@ func abortMidTransfer() (string, error) {
 // a failure says where to look in the capture.
 type tsharkHit struct {
 	frame, tcp, verdict string
-	src, dst            string // TCP ports
-	end                 uint64 // stream offset just past the segment (relative Seq - 1 + Len)
+	src, dst            string   // TCP ports
+	end                 uint64   // stream offset just past the segment (relative Seq - 1 + Len)
+	lines               []string // the frame's whole dissection, for the log
 }
 
 func (h tsharkHit) String() string { return h.frame + " | " + h.tcp + " | " + h.verdict }
@@ -473,15 +474,19 @@ var tsharkTCPRe = regexp.MustCompile(`Src Port: (\d+), Dst Port: (\d+), Seq: (\d
 // sub, once per frame, in capture order.
 func tsharkHits(out, sub string) []tsharkHit {
 	var hits []tsharkHit
-	frame, tcp, hit := "", "", false // hit: this frame has one already
-	for _, l := range strings.Split(out, "\n") {
+	lines := strings.Split(out, "\n")
+	start, tcp, hit := 0, "", false // start: the frame's first line; hit: it has one already
+	for i, l := range lines {
 		switch {
 		case strings.HasPrefix(l, "Frame "):
-			frame, tcp, hit = l, "", false
+			if hit {
+				hits[len(hits)-1].lines = lines[start:i]
+			}
+			start, tcp, hit = i, "", false
 		case strings.HasPrefix(l, "Transmission Control Protocol"):
 			tcp = l
 		case !hit && strings.Contains(l, sub):
-			h := tsharkHit{frame: frame, tcp: tcp, verdict: strings.TrimSpace(l)}
+			h := tsharkHit{frame: lines[start], tcp: tcp, verdict: strings.TrimSpace(l)}
 			if m := tsharkTCPRe.FindStringSubmatch(tcp); m != nil {
 				seq, _ := strconv.ParseUint(m[3], 10, 64)
 				n, _ := strconv.ParseUint(m[4], 10, 64)
@@ -490,7 +495,44 @@ func tsharkHits(out, sub string) []tsharkHit {
 			hits, hit = append(hits, h), true
 		}
 	}
+	if hit {
+		hits[len(hits)-1].lines = lines[start:]
+	}
 	return hits
+}
+
+// logTsharkHit logs, for a frame tshark flagged, the frames of its TCP
+// connection up to it (one line each, the last 30), its bytes and its
+// whole dissection: what a flaky verdict needs to be understood from
+// the log alone.
+func logTsharkHit(t *testing.T, pcap string, h tsharkHit) {
+	if h.src != "" {
+		num := strings.TrimSuffix(strings.Fields(h.frame)[1], ":")
+		filter := fmt.Sprintf("tcp.port==%s && tcp.port==%s && frame.number<=%s", h.src, h.dst, num)
+		out, _ := exec.Command("tshark", "-r", pcap, "--disable-protocol", "rpcordma", "-Y", filter).Output()
+		ls := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		t.Logf("tshark: the connection's frames up to frame %s:\n%s", num, strings.Join(ls[max(0, len(ls)-30):], "\n"))
+		hex, _ := exec.Command("tshark", "-r", pcap, "-Y", "frame.number=="+num, "-x").Output()
+		t.Logf("tshark: frame %s's bytes:\n%s", num, hex)
+	}
+	t.Logf("tshark: frame as dissected:\n%s", strings.Join(h.lines[:min(len(h.lines), 120)], "\n"))
+}
+
+// keepFailedCapture copies a capture a check failed on (and tcpdump's
+// summary) next to the interop cache's own directories, where the next
+// guest boot does not remove it, and logs where.
+func keepFailedCapture(t *testing.T, pcap string) {
+	dir := filepath.Join(filepath.Dir(filepath.Dir(pcap)), "failed", time.Now().UTC().Format("20060102-150405"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keeping the capture: %v", err)
+		return
+	}
+	for _, f := range []string{filepath.Base(pcap), "tcpdump.err"} {
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(pcap), f)); err == nil {
+			os.WriteFile(filepath.Join(dir, f), b, 0o644)
+		}
+	}
+	t.Logf("the capture is kept in %s", dir)
 }
 
 // captureGaps holds, per direction of a TCP connection ("srcport>dstport"),
@@ -623,9 +665,13 @@ func checkCapture(t *testing.T, tb *table, pcap string) {
 		}
 	}
 	tb.add(t, "capture decodes in siw dump (no malformed, CRCs good, R bit + reason)", err, detail)
+	failed := err != nil
 
 	if _, lerr := exec.LookPath("tshark"); lerr != nil {
 		tb.add(t, "capture decodes in tshark", fmt.Errorf("tshark is not installed"), "")
+		if failed {
+			keepFailedCapture(t, pcap)
+		}
 		return
 	}
 	tout, err := exec.Command("tshark", "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "iwarp_mpa", "-V").CombinedOutput()
@@ -638,6 +684,7 @@ func checkCapture(t *testing.T, tb *table, pcap string) {
 					excused++ // past a gap siw dump found: no decoder can frame it
 				} else if err == nil {
 					err = fmt.Errorf("tshark reports %s: %s", v.what, h)
+					logTsharkHit(t, pcap, h)
 				}
 			}
 		}
@@ -647,6 +694,9 @@ func checkCapture(t *testing.T, tb *table, pcap string) {
 		}
 	}
 	tb.add(t, "capture decodes in tshark", err, detail)
+	if failed || err != nil {
+		keepFailedCapture(t, pcap)
+	}
 }
 
 func hexText(h string) string {
@@ -780,6 +830,12 @@ func TestInteropTsharkHits(t *testing.T) {
 	if h := hits[0]; h.src != "34619" || h.dst != "33671" || h.end != 88 {
 		t.Errorf("frame 9: ports %s>%s, end %d; want 34619>33671, end 88", h.src, h.dst, h.end)
 	}
+	if got, want := len(hits[0].lines), 4; got != want || hits[0].lines[0] != hits[0].frame {
+		t.Errorf("frame 9's dissection: %q, want its %d lines", hits[0].lines, want)
+	}
+	if got := hits[1].lines; len(got) != 3 || !strings.HasPrefix(got[2], "    [Expert Info") {
+		t.Errorf("frame 12's dissection (the last frame): %q", got)
+	}
 	if got := tsharkHits(out, "Bad CRC32"); len(got) != 0 {
 		t.Errorf("tsharkHits without a match: %v", got)
 	}
@@ -817,5 +873,28 @@ func TestInteropTsharkHits(t *testing.T) {
 	}
 	if n := tcpdumpDropped("tcpdump: listening on eth0\n"); n != -1 {
 		t.Errorf("tcpdumpDropped without a summary = %d, want -1", n)
+	}
+}
+
+// TestInteropKeepFailedCapture: a capture a check failed on, and
+// tcpdump's summary beside it, are copied out of the directory the next
+// guest boot empties (no guest needed).
+func TestInteropKeepFailedCapture(t *testing.T) {
+	cache := t.TempDir()
+	pcaps := filepath.Join(cache, "pcaps")
+	os.MkdirAll(pcaps, 0o755)
+	want := map[string]string{"interop.pcap": "capture bytes", "tcpdump.err": "0 packets dropped by kernel\n"}
+	for f, b := range want {
+		os.WriteFile(filepath.Join(pcaps, f), []byte(b), 0o644)
+	}
+	keepFailedCapture(t, filepath.Join(pcaps, "interop.pcap"))
+	kept, _ := filepath.Glob(filepath.Join(cache, "failed", "*"))
+	if len(kept) != 1 {
+		t.Fatalf("kept %v, want one directory under failed/", kept)
+	}
+	for f, b := range want {
+		if got, err := os.ReadFile(filepath.Join(kept[0], f)); err != nil || string(got) != b {
+			t.Errorf("kept %s: %q, %v; want %q", f, got, err, b)
+		}
 	}
 }
