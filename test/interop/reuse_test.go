@@ -1,0 +1,104 @@
+//go:build interop
+
+package interop
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/gopacket/gopacket"
+	gplayers "github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/gosiw/gosiw/mpa"
+)
+
+// TestInteropReusedPorts: two connections on one port pair, the first
+// through its MPA handshake to an FPDU, the second a handshake alone.
+// Whatever tshark says of the second (its MPA dissector keeps the first
+// one's state: this tshark calls the Request and the Reply malformed
+// FPDUs), the capture check must not fail on it, and no frame of the
+// first may be excused. Needs tshark (no guest).
+func TestInteropReusedPorts(t *testing.T) {
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Skip("tshark is not installed")
+	}
+	host, guest := net.IPv4(10, 0, 2, 2), net.IPv4(10, 0, 2, 15)
+	const hp, gp = 40001, 7174
+	req := append(mpa.KeyRequest[:], 0x10, 2, 0, 4, 0, 1, 0, 1)
+	rep := append(mpa.KeyReply[:], 0x10, 2, 0, 4, 0, 1, 0, 1)
+	// An untagged Send, last segment: DDP control, RDMAP control, then
+	// the invalidate STag, QN 0, MSN 1, MO 0; 16 bytes of payload.
+	send := mpa.AppendFPDU(nil, []byte{0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}, make([]byte, 16), false)
+	var pkts [][]byte
+	conn := func(c, s uint32, fpdu bool) {
+		pkts = append(pkts,
+			frame(t, host, guest, hp, gp, c, 0, true, false, nil),
+			frame(t, guest, host, gp, hp, s, c+1, true, true, nil),
+			frame(t, host, guest, hp, gp, c+1, s+1, false, true, nil),
+			frame(t, host, guest, hp, gp, c+1, s+1, false, true, req),
+			frame(t, guest, host, gp, hp, s+1, c+1+uint32(len(req)), false, true, rep))
+		if fpdu {
+			pkts = append(pkts, frame(t, host, guest, hp, gp, c+1+uint32(len(req)), s+1+uint32(len(rep)), false, true, send))
+		}
+	}
+	conn(1000, 5000, true)
+	conn(90000, 70000, false)
+	path := filepath.Join(t.TempDir(), "reuse.pcap")
+	var out bytes.Buffer
+	w := pcapgo.NewWriter(&out)
+	w.WriteFileHeader(65536, gplayers.LinkTypeEthernet)
+	for _, p := range pkts {
+		w.WritePacket(gopacket.CaptureInfo{CaptureLength: len(p), Length: len(p)}, p)
+	}
+	os.WriteFile(path, out.Bytes(), 0o644)
+
+	rout, err := exec.Command("tshark", "-r", path, "-Y", "tcp.analysis.reused_ports",
+		"-T", "fields", "-e", "frame.number", "-e", "tcp.srcport", "-e", "tcp.dstport").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reused := parseReusedPorts(string(rout))
+	if got := reused[portPair("7174", "40001")]; got != 7 {
+		t.Fatalf("reused ports %v, want 7174-40001 from frame 7 (the second SYN)", reused)
+	}
+	vout, err := exec.Command("tshark", "-r", path, "--disable-protocol", "rpcordma", "-Y", "iwarp_mpa", "-V").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := tsharkHits(string(vout), "Malformed")
+	t.Logf("tshark calls %d frames malformed", len(hits))
+	for _, h := range hits {
+		if !reused.explains(h) {
+			t.Errorf("not excused: %s", h)
+		}
+		if h.num < 7 {
+			t.Errorf("a frame of the first connection flagged: %s", h)
+		}
+	}
+	// The first connection's frames are not excused.
+	if reused.explains(tsharkHit{src: "40001", dst: "7174", num: 4}) {
+		t.Error("frame 4, before the reuse, excused")
+	}
+	if reused.explains(tsharkHit{src: "40002", dst: "7174", num: 10}) {
+		t.Error("another port pair excused")
+	}
+}
+
+// frame is an Ethernet/IPv4/TCP frame.
+func frame(t *testing.T, sip, dip net.IP, sp, dp uint16, seq, ack uint32, syn, isAck bool, payload []byte) []byte {
+	t.Helper()
+	eth := &gplayers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, sip[15]}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, dip[15]}, EthernetType: gplayers.EthernetTypeIPv4}
+	ip := &gplayers.IPv4{Version: 4, TTL: 64, Protocol: gplayers.IPProtocolTCP, SrcIP: sip, DstIP: dip}
+	tcp := &gplayers.TCP{SrcPort: gplayers.TCPPort(sp), DstPort: gplayers.TCPPort(dp), Seq: seq, Ack: ack, SYN: syn, ACK: isAck, PSH: len(payload) > 0, Window: 65535}
+	tcp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(payload)); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Clone(buf.Bytes())
+}
