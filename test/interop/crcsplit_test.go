@@ -230,9 +230,6 @@ func explainCRCErrors(errs [][2]uint32, sc fpduScan) (matched []string, unexplai
 	return matched, unexplained
 }
 
-// TestScanSplitTrailer checks the capture scan on a synthetic capture: a
-// CRC trailer split 3|1 (read by siw as C3 C1 C2 and a stale byte), one
-// with pad split 5|2, a retransmission, and a bad CRC.
 // splitCapture writes a synthetic capture of one responder stream (source
 // port 4420): an MPA Reply and three FPDUs a (ULPDU 26, pad 0, trailer cut
 // 3|1), b (ULPDU 27, pad 3, trailer cut 5|2) and c (a bad CRC if bad), with a
@@ -260,18 +257,32 @@ func splitCapture(t *testing.T, bad bool) (string, []byte, []byte, []byte) {
 		}
 	}
 	pkts = append(pkts, synthTCP(t, 40000, port, 5000, false, []byte("other direction")))
-	path := filepath.Join(t.TempDir(), "split.pcap")
+	return writeCapture(t, "split.pcap", pkts), reply, a, b
+}
+
+// writeCapture writes frames as a pcap file named name in a temporary
+// directory of t and returns its path.
+func writeCapture(t *testing.T, name string, pkts [][]byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
 	var out bytes.Buffer
 	w := pcapgo.NewWriter(&out)
 	w.WriteFileHeader(65536, gplayers.LinkTypeEthernet)
 	for _, p := range pkts {
 		w.WritePacket(gopacket.CaptureInfo{CaptureLength: len(p), Length: len(p)}, p)
 	}
-	os.WriteFile(path, out.Bytes(), 0o644)
-	return path, reply, a, b
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
-func TestScanSplitTrailer(t *testing.T) {
+// TestInteropScanSplitTrailer checks the capture scan on a synthetic
+// capture: a CRC trailer split 3|1 (read by siw as C3 C1 C2 and a stale
+// byte), one with pad split 5|2, a retransmission, and a bad CRC. Like
+// every test of this package that needs no guest, it is named so that
+// make interop (-run TestInterop) runs it.
+func TestInteropScanSplitTrailer(t *testing.T) {
 	path, reply, a, b := splitCapture(t, true)
 	const port = 4420
 	sc, err := scanResponderStream(path, port)
@@ -308,9 +319,16 @@ func TestScanSplitTrailer(t *testing.T) {
 // 10.0.2.15:dst.
 func synthTCP(t *testing.T, src, dst uint16, seq uint32, syn bool, payload []byte) []byte {
 	t.Helper()
-	eth := &gplayers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 15}, EthernetType: gplayers.EthernetTypeIPv4}
-	ip := &gplayers.IPv4{Version: 4, TTL: 64, Protocol: gplayers.IPProtocolTCP, SrcIP: net.IPv4(10, 0, 2, 2), DstIP: net.IPv4(10, 0, 2, 15)}
-	tcp := &gplayers.TCP{SrcPort: gplayers.TCPPort(src), DstPort: gplayers.TCPPort(dst), Seq: seq, SYN: syn, ACK: !syn, Window: 65535}
+	return frame(t, net.IPv4(10, 0, 2, 2), net.IPv4(10, 0, 2, 15), src, dst, seq, 0, syn, !syn, payload)
+}
+
+// frame is an Ethernet/IPv4/TCP frame (the MACs end in the IPs' last
+// octets), with PSH set when it carries a payload.
+func frame(t *testing.T, sip, dip net.IP, sp, dp uint16, seq, ack uint32, syn, isAck bool, payload []byte) []byte {
+	t.Helper()
+	eth := &gplayers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, sip[15]}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, dip[15]}, EthernetType: gplayers.EthernetTypeIPv4}
+	ip := &gplayers.IPv4{Version: 4, TTL: 64, Protocol: gplayers.IPProtocolTCP, SrcIP: sip, DstIP: dip}
+	tcp := &gplayers.TCP{SrcPort: gplayers.TCPPort(sp), DstPort: gplayers.TCPPort(dp), Seq: seq, Ack: ack, SYN: syn, ACK: isAck, PSH: len(payload) > 0, Window: 65535}
 	tcp.SetNetworkLayerForChecksum(ip)
 	buf := gopacket.NewSerializeBuffer()
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(payload)); err != nil {
@@ -319,9 +337,10 @@ func synthTCP(t *testing.T, src, dst uint16, seq uint32, syn bool, payload []byt
 	return bytes.Clone(buf.Bytes())
 }
 
-// TestCheckSiwCRCErrors checks the verdict of a CRC-required session: siw
-// errors that are split-trailer misreadings pass, anything else fails.
-func TestCheckSiwCRCErrors(t *testing.T) {
+// TestInteropCheckSiwCRCErrors checks the verdict of a CRC-required
+// session: siw errors that are split-trailer misreadings pass, anything
+// else fails.
+func TestInteropCheckSiwCRCErrors(t *testing.T) {
 	good, _, a, _ := splitCapture(t, false)
 	bad, _, _, _ := splitCapture(t, true)
 	ca := a[len(a)-4:]

@@ -3,16 +3,9 @@
 package interop
 
 import (
-	"bytes"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
-
-	"github.com/gopacket/gopacket"
-	gplayers "github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/gosiw/gosiw/mpa"
 )
@@ -48,14 +41,7 @@ func TestInteropReusedPorts(t *testing.T) {
 	}
 	conn(1000, 5000, true)
 	conn(90000, 70000, false)
-	path := filepath.Join(t.TempDir(), "reuse.pcap")
-	var out bytes.Buffer
-	w := pcapgo.NewWriter(&out)
-	w.WriteFileHeader(65536, gplayers.LinkTypeEthernet)
-	for _, p := range pkts {
-		w.WritePacket(gopacket.CaptureInfo{CaptureLength: len(p), Length: len(p)}, p)
-	}
-	os.WriteFile(path, out.Bytes(), 0o644)
+	path := writeCapture(t, "reuse.pcap", pkts)
 
 	rout, err := exec.Command("tshark", "-r", path, "-Y", "tcp.analysis.reused_ports",
 		"-T", "fields", "-e", "frame.number", "-e", "tcp.srcport", "-e", "tcp.dstport").Output()
@@ -87,18 +73,4 @@ func TestInteropReusedPorts(t *testing.T) {
 	if reused.explains(tsharkHit{src: "40002", dst: "7174", num: 10}) {
 		t.Error("another port pair excused")
 	}
-}
-
-// frame is an Ethernet/IPv4/TCP frame.
-func frame(t *testing.T, sip, dip net.IP, sp, dp uint16, seq, ack uint32, syn, isAck bool, payload []byte) []byte {
-	t.Helper()
-	eth := &gplayers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, sip[15]}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, dip[15]}, EthernetType: gplayers.EthernetTypeIPv4}
-	ip := &gplayers.IPv4{Version: 4, TTL: 64, Protocol: gplayers.IPProtocolTCP, SrcIP: sip, DstIP: dip}
-	tcp := &gplayers.TCP{SrcPort: gplayers.TCPPort(sp), DstPort: gplayers.TCPPort(dp), Seq: seq, Ack: ack, SYN: syn, ACK: isAck, PSH: len(payload) > 0, Window: 65535}
-	tcp.SetNetworkLayerForChecksum(ip)
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(payload)); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Clone(buf.Bytes())
 }
