@@ -527,16 +527,27 @@ func logTsharkHit(t *testing.T, pcap string, h tsharkHit) {
 // guest boot does not remove it, and logs where.
 func keepFailedCapture(t *testing.T, pcap string) {
 	dir := filepath.Join(filepath.Dir(filepath.Dir(pcap)), "failed", time.Now().UTC().Format("20060102-150405"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := copyCapture(dir, pcap); err != nil {
 		t.Logf("keeping the capture: %v", err)
 		return
 	}
+	t.Logf("the capture is kept in %s", dir)
+}
+
+// copyCapture copies the capture pcap and tcpdump's summary beside it
+// (when there is one) into dir, which it creates.
+func copyCapture(dir, pcap string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	for _, f := range []string{filepath.Base(pcap), "tcpdump.err"} {
 		if b, err := os.ReadFile(filepath.Join(filepath.Dir(pcap), f)); err == nil {
-			os.WriteFile(filepath.Join(dir, f), b, 0o644)
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				return err
+			}
 		}
 	}
-	t.Logf("the capture is kept in %s", dir)
+	return nil
 }
 
 // captureGaps holds, per direction of a TCP connection ("srcport>dstport"),
@@ -617,10 +628,12 @@ func (r reusedPorts) explains(h tsharkHit) bool {
 	return ok && h.src != "" && h.num >= n
 }
 
+var tcpdumpDroppedRe = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
+
 // tcpdumpDropped is the "N packets dropped by kernel" of tcpdump's exit
 // summary, or -1 when the summary is not there.
 func tcpdumpDropped(summary string) int {
-	m := regexp.MustCompile(`(\d+) packets? dropped by kernel`).FindStringSubmatch(summary)
+	m := tcpdumpDroppedRe.FindStringSubmatch(summary)
 	if m == nil {
 		return -1
 	}
@@ -643,10 +656,8 @@ var rejectRe = regexp.MustCompile(`not allowed`)
 func checkCapture(t *testing.T, tb *table, pcap string) {
 	keep := os.Getenv("INTEROP_OUT")
 	if keep != "" {
-		os.MkdirAll(keep, 0o755)
-		for _, f := range []string{"interop.pcap", "tcpdump.err"} {
-			b, _ := os.ReadFile(filepath.Join(filepath.Dir(pcap), f))
-			os.WriteFile(filepath.Join(keep, f), b, 0o644)
+		if err := copyCapture(keep, pcap); err != nil {
+			t.Logf("INTEROP_OUT: %v", err)
 		}
 	}
 	dropped := -1

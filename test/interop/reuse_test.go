@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/gosiw/gosiw/ddp"
 	"github.com/gosiw/gosiw/mpa"
+	"github.com/gosiw/gosiw/rdmap/wire"
 )
 
 // TestInteropReusedPorts: two connections on one port pair, the first
@@ -22,11 +24,19 @@ func TestInteropReusedPorts(t *testing.T) {
 	}
 	host, guest := net.IPv4(10, 0, 2, 2), net.IPv4(10, 0, 2, 15)
 	const hp, gp = 40001, 7174
-	req := append(mpa.KeyRequest[:], 0x10, 2, 0, 4, 0, 1, 0, 1)
-	rep := append(mpa.KeyReply[:], 0x10, 2, 0, 4, 0, 1, 0, 1)
-	// An untagged Send, last segment: DDP control, RDMAP control, then
-	// the invalidate STag, QN 0, MSN 1, MO 0; 16 bytes of payload.
-	send := mpa.AppendFPDU(nil, []byte{0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0}, make([]byte, 16), false)
+	// Revision 2 enhanced (RFC 6581, IRD and ORD 1), as gosiw and siw
+	// send them; then a Send of 16 bytes, the last of its message.
+	req, err := mpa.AppendFrame(nil, &mpa.Frame{Rev: 2, Enhanced: true, IRD: 1, ORD: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := mpa.AppendFrame(nil, &mpa.Frame{Reply: true, Rev: 2, Enhanced: true, IRD: 1, ORD: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, ddp.UntaggedHeaderLen)
+	ddp.PutUntagged(hdr, &ddp.UntaggedFields{Last: true, RsvdULP: wire.ControlByte(wire.Version1, wire.OpSend), QN: wire.QNSend, MSN: 1})
+	send := mpa.AppendFPDU(nil, hdr, make([]byte, 16), false)
 	var pkts [][]byte
 	conn := func(c, s uint32, fpdu bool) {
 		pkts = append(pkts,
