@@ -56,10 +56,11 @@ const (
 	// small piece costs about as much there as a large one: over a veth
 	// with MTU 1500 (test/bench, 1 MiB Writes, gosiw's side alone, perf)
 	// _copy_from_iter took 217 µs per MiB for gosiw's two iovecs per
-	// FPDU against 108 for the bare stream's one write. Copied, in four
-	// interleaved rounds of that case, gosiw ran 1510-1637 MB/s at
-	// 929-1039 µs of CPU per MiB instead of 1127-1376 at 1029-1242, with
-	// 8.75 writes per MiB instead of 2.27 (small FPDUs bound a batch at
+	// FPDU against 108 for the bare stream's one write (62 once copied).
+	// Copied, in four interleaved rounds of that case, gosiw ran
+	// 1632-1848 MB/s at 820-910 µs of CPU per MiB instead of 1219-1507 at
+	// 908-1105 (test/bench/RESULTS.md, 2026-12-07), with 8.75 writes per
+	// MiB instead of 2.27 (small FPDUs bound a batch at
 	// WriterSmallMaxBytes); over loopback, streams of 1024- and 1424-byte
 	// Writes and Sends ran 1.7-3.0 M msgs/s instead of 1.3-2.6 in three
 	// rounds, 2048-byte ones alike with and without the copy. It was 512
