@@ -78,7 +78,9 @@ type VectorReader interface {
 
 const (
 	// ReaderBufSize is the buffer size a Reader needs: any FPDU (65544
-	// bytes, plus its markers) with room to read ahead.
+	// bytes, plus its markers) with room to read ahead. A longer buffer
+	// lets a read take more small FPDUs at once; a direct read (Place)
+	// still reads at most ReaderBufSize ahead.
 	ReaderBufSize = 96 << 10
 	// DirectMin is the payload remainder from which Place reads straight
 	// from a VectorReader into the destination instead of through the
@@ -713,14 +715,19 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // dropped three times on 2026-12-07, the last with SO_RCVLOWAT set to the
 // payload's remainder before a wait: the extra readv calls are short
 // reads of a payload still arriving, not waits (test/bench/RESULTS.md).
+//
+// The read ahead takes at most ReaderBufSize bytes, however long the
+// buffer: a longer one (a BufferPool may lend one) serves the reads of
+// small FPDUs, and here would only copy more of the next payloads.
 func (rd *Reader) readDirect(d []byte) error {
 	rd.foldCRC()
 	if rd.cfg.Buffers != nil && rd.lent == nil && !rd.drained {
 		rd.grow(rd.r) // nothing buffered: an empty buffer
 	}
 	rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, -1, 0
+	ahead := min(len(rd.buf), ReaderBufSize)
 	for len(d) > 0 {
-		n, err := rd.vec.ReadVec(d, rd.buf[rd.w:])
+		n, err := rd.vec.ReadVec(d, rd.buf[rd.w:ahead])
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -739,7 +746,7 @@ func (rd *Reader) readDirect(d []byte) error {
 		rd.w += n - k
 	}
 	// An unlimited read, as fillUpTo's: drained when it left room.
-	rd.drained = rd.w < len(rd.buf)
+	rd.drained = rd.w < ahead
 	rd.directDrained = rd.drained
 	return nil
 }

@@ -75,6 +75,7 @@ func readStreamed(t *testing.T, rd *mpa.Reader, p mpa.Placer, what string) []byt
 type vecReader struct {
 	chunkReader
 	vecBytes int
+	maxAhead int // the longest ahead a ReadVec was given
 	placer   *countPlacer
 }
 
@@ -85,6 +86,7 @@ func (v *vecReader) ReadVec(dst, ahead []byte) (int, error) {
 	if len(v.data) == 0 {
 		return 0, io.EOF
 	}
+	v.maxAhead = max(v.maxAhead, len(ahead))
 	n := copy(dst, v.data[:min(len(v.data), 1+v.r.IntN(v.max))])
 	v.data = v.data[n:]
 	v.vecBytes += n
@@ -483,11 +485,19 @@ func FuzzReader(f *testing.F) {
 		stream := buildStream(r, &mpa.Framer{CRC: crc}, randULPDUs(r, 6, 3000))
 		f.Add(stream, crc, false, false, uint64(0), uint64(1<<20|77))
 	}
+	// Long lent buffers (seed bits 20 and 22): the run of large FPDUs
+	// read straight (a read ahead of at most ReaderBufSize), and the
+	// large FPDUs with CRC, all through the buffer.
+	f.Add(run, false, false, false, uint64(0), uint64(1<<22|1<<20|300000))
+	f.Add(large, true, false, false, uint64(0), uint64(1<<22|1<<20|200000))
 	f.Fuzz(func(t *testing.T, data []byte, crc, markers, buffered bool, off, seed uint64) {
 		cfg := mpa.ReaderConfig{CRC: crc, Markers: markers, StreamOffset: off, Buffered: buffered}
 		pool := &lendPool{t: t}
 		if seed&(1<<20) != 0 {
 			cfg.Buffers = pool // the buffer lent while bytes move
+			if seed&(1<<22) != 0 {
+				pool.size = longBuf // longer than a Reader needs, as rdmap's
+			}
 		}
 		cfg.CRCInPlace = seed&(1<<21) != 0
 		rnd := rand.New(rand.NewPCG(seed, seed>>32))
@@ -498,6 +508,9 @@ func FuzzReader(f *testing.F) {
 		rd.Release()
 		if pool.out != 0 {
 			t.Fatalf("%d buffers not given back after Release", pool.out)
+		}
+		if src.maxAhead > mpa.ReaderBufSize {
+			t.Fatalf("a direct read read %d bytes ahead, more than ReaderBufSize", src.maxAhead)
 		}
 		want := deframeAll(bytes.NewReader(data), mpa.DeframerConfig{CRC: crc, Markers: markers, StreamOffset: off})
 		if p.inside {
@@ -538,6 +551,7 @@ func FuzzReader(f *testing.F) {
 // buffer it gave back reads garbage (and a test fails).
 type lendPool struct {
 	t         testing.TB
+	size      int // of the buffers lent: 0 is ReaderBufSize
 	free      []*[]byte
 	out, gets int
 }
@@ -550,7 +564,7 @@ func (p *lendPool) Get() *[]byte {
 		p.free = p.free[:n-1]
 		return b
 	}
-	b := make([]byte, mpa.ReaderBufSize)
+	b := make([]byte, max(p.size, mpa.ReaderBufSize))
 	return &b
 }
 
@@ -834,5 +848,88 @@ func TestReaderDirectCRC(t *testing.T) {
 		if err != nil || !bytes.Equal(ul[6:], payload) || rd.CRC() != mpa.WireCRC(good[len(good)-4:]) {
 			t.Fatalf("damaged at %d: the next FPDU: %d bytes, %v", at, len(ul), err)
 		}
+	}
+}
+
+// longBuf is the length of the buffers rdmap's receive engines lend their
+// Readers (longer than ReaderBufSize).
+const longBuf = 256 << 10
+
+// countReads counts the Read calls to a vecReader (ReadVec calls not
+// included).
+type countReads struct {
+	*vecReader
+	reads int
+}
+
+func (c *countReads) Read(p []byte) (int, error) {
+	c.reads++
+	return c.vecReader.Read(p)
+}
+
+func (c *countReads) ReadVec(dst, ahead []byte) (int, error) { return c.vecReader.ReadVec(dst, ahead) }
+
+// TestReaderLongBuffer: a lent buffer longer than ReaderBufSize takes
+// more small FPDUs a read (fewer reads for the same stream), while a
+// direct read of a large payload still reads at most ReaderBufSize
+// ahead; every FPDU arrives intact either way.
+func TestReaderLongBuffer(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	small := make([][]byte, 6000)
+	for i := range small {
+		small[i] = bytes.Repeat([]byte{byte(i)}, 64)
+	}
+	large := make([][]byte, 8)
+	for i := range large {
+		large[i] = bytes.Repeat([]byte{byte(i + 1)}, 60000+i)
+	}
+	read := func(ulpdus [][]byte, size int) (reads, maxAhead, direct int) {
+		stream := buildStream(r, &mpa.Framer{}, ulpdus)
+		p := &countPlacer{t: t}
+		src := &countReads{vecReader: &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 << 30}, placer: p}}
+		pool := &lendPool{t: t, size: size}
+		rd := mpa.NewReader(src, nil, mpa.ReaderConfig{Buffers: pool})
+		var got [][]byte
+		for {
+			n, err := rd.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("buffer of %d: Next: %v", size, err)
+			}
+			u := make([]byte, n)
+			if err := rd.Place(u, p); err != nil {
+				t.Fatalf("buffer of %d: Place: %v", size, err)
+			}
+			if err := rd.Trailer(); err != nil {
+				t.Fatalf("buffer of %d: Trailer: %v", size, err)
+			}
+			got = append(got, u)
+		}
+		rd.Release()
+		if len(got) != len(ulpdus) {
+			t.Fatalf("buffer of %d: %d FPDUs, want %d", size, len(got), len(ulpdus))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], ulpdus[i]) {
+				t.Fatalf("buffer of %d: FPDU %d differs", size, i)
+			}
+		}
+		return src.reads, src.maxAhead, src.vecBytes
+	}
+	shortReads, _, _ := read(small, 0)
+	longReads, _, _ := read(small, longBuf)
+	// The stream is about 420 KiB: five reads or so of a full short
+	// buffer, two of a long one.
+	if longReads >= shortReads {
+		t.Errorf("small FPDUs: %d reads with a buffer of %d bytes, %d with %d", longReads, longBuf, shortReads, mpa.ReaderBufSize)
+	}
+	_, ahead, direct := read(large, longBuf)
+	if direct == 0 {
+		t.Fatal("large FPDUs: no payload read straight into memory")
+	}
+	if ahead != mpa.ReaderBufSize {
+		t.Errorf("large FPDUs with a buffer of %d bytes: read ahead at most %d bytes, want %d", longBuf, ahead, mpa.ReaderBufSize)
 	}
 }
