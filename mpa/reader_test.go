@@ -496,7 +496,7 @@ func FuzzReader(f *testing.F) {
 		if seed&(1<<20) != 0 {
 			cfg.Buffers = pool // the buffer lent while bytes move
 			if seed&(1<<22) != 0 {
-				pool.size = longBuf // longer than a Reader needs, as rdmap's
+				pool.size = longBuf // longer than a Reader needs
 			}
 		}
 		cfg.CRCInPlace = seed&(1<<21) != 0
@@ -851,8 +851,8 @@ func TestReaderDirectCRC(t *testing.T) {
 	}
 }
 
-// longBuf is the length of the buffers rdmap's receive engines lend their
-// Readers (longer than ReaderBufSize).
+// longBuf is the length of a lent buffer longer than ReaderBufSize (a
+// BufferPool may lend one).
 const longBuf = 256 << 10
 
 // countReads counts the Read calls to a vecReader (ReadVec calls not

@@ -109,23 +109,21 @@ const (
 	hdrCopy = mpa.LengthFieldLen + maxCtrlHdr
 )
 
-// rxPool lends the receive engines' readers their buffers (while bytes
-// move: mpa.ReaderConfig.Buffers). rxBufSize is more than the Reader
-// needs (mpa.ReaderBufSize, 96 KiB) so that a stream of small FPDUs
-// costs fewer reads: the sender's batches are up to 120 KiB
-// (mpa.WriterSmallMaxBytes) and a busy stream's reads filled 84-91 KiB
-// of the 96. With 256 KiB, 64-byte Sends (make bench's case, gosiw's
-// side alone, 14 pairs of 400 ms runs one after the other) ran 2.7%
-// faster at the median, faster in 12 of the 14 pairs, at 3.2% less CPU
-// in all 14; 64-byte Writes, Sends with CRC and four QPs moved within
-// the noise, their CPU 2.4-3.6% lower at the median. 512 KiB measured
-// no better than 256 (12 pairs). Large payloads read no further ahead
-// than before (Reader.Place's direct reads take at most ReaderBufSize
-// past the payload), so a 1 MiB Write copies no more. An idle QP holds
-// no buffer.
-const rxBufSize = 256 << 10
-
-var rxPool = bufpool.New(rxBufSize)
+// rxPool lends the receive engines' readers their buffers while bytes
+// move (mpa.ReaderConfig.Buffers), of the length a Reader needs
+// (mpa.ReaderBufSize, 96 KiB).
+//
+// Longer buffers, so that a stream of small FPDUs costs fewer reads
+// (a busy 64-byte stream's reads filled 84-91 KiB of the 96), were
+// measured on 2026-12-07 and dropped. With 256 KiB (the Reader's direct
+// reads still taking at most ReaderBufSize ahead), 64-byte Sends ran
+// 2.7% faster at the median of 14 pairs of runs (gosiw's side alone),
+// at 3.2% less CPU; but four QPs' 1 MiB Writes, whose reads of a next
+// header then also took up to 256 KiB, copied 76-78% of their payload
+// out of the buffer instead of 74-75% and ran 1.4% slower at the median
+// of 12 pairs; 512 KiB did no better than 256 for the Sends. Not worth
+// a busy QP's receive buffer at 2.7 times the memory.
+var rxPool = bufpool.New(mpa.ReaderBufSize)
 
 // wcsPool holds the receive engines' arrays of gathered completions
 // (rxEngine.wcs), which an engine takes with its first completion and
