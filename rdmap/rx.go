@@ -120,9 +120,10 @@ const (
 // 2.7% faster at the median of 14 pairs of runs (gosiw's side alone),
 // at 3.2% less CPU; but four QPs' 1 MiB Writes, whose reads of a next
 // header then also took up to 256 KiB, copied 76-78% of their payload
-// out of the buffer instead of 74-75% and ran 1.4% slower at the median
-// of 12 pairs; 512 KiB did no better than 256 for the Sends. Not worth
-// a busy QP's receive buffer at 2.7 times the memory.
+// out of the buffer instead of 74-75% and gained nothing (4.2% faster,
+// then 1.4% slower, at the medians of two sets of 12 pairs); 512 KiB did
+// no better than 256 for the Sends. Not worth a busy QP's receive buffer
+// at 2.7 times the memory.
 var rxPool = bufpool.New(mpa.ReaderBufSize)
 
 // wcsPool holds the receive engines' arrays of gathered completions
