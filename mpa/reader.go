@@ -691,7 +691,8 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 }
 
 // readDirect reads d straight from the source and, in the same call,
-// what follows it into the empty buffer, as much as the buffer holds:
+// what follows it into the empty buffer, as much as the buffer holds
+// up to ReaderBufSize:
 // the trailer and the next header, and on a busy stream the FPDUs after
 // them, which Whole and Place then take from the buffer. A stream of
 // large FPDUs thus costs one system call per buffer's worth of FPDUs,
