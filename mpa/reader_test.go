@@ -74,9 +74,15 @@ func readStreamed(t *testing.T, rd *mpa.Reader, p mpa.Placer, what string) []byt
 // many bytes went into dst.
 type vecReader struct {
 	chunkReader
+	reads    int // Read calls (ReadVec calls not included)
 	vecBytes int
 	maxAhead int // the longest ahead a ReadVec was given
 	placer   *countPlacer
+}
+
+func (v *vecReader) Read(p []byte) (int, error) {
+	v.reads++
+	return v.chunkReader.Read(p)
 }
 
 func (v *vecReader) ReadVec(dst, ahead []byte) (int, error) {
@@ -855,20 +861,6 @@ func TestReaderDirectCRC(t *testing.T) {
 // BufferPool may lend one).
 const longBuf = 256 << 10
 
-// countReads counts the Read calls to a vecReader (ReadVec calls not
-// included).
-type countReads struct {
-	*vecReader
-	reads int
-}
-
-func (c *countReads) Read(p []byte) (int, error) {
-	c.reads++
-	return c.vecReader.Read(p)
-}
-
-func (c *countReads) ReadVec(dst, ahead []byte) (int, error) { return c.vecReader.ReadVec(dst, ahead) }
-
 // TestReaderLongBuffer: a lent buffer longer than ReaderBufSize takes
 // more small FPDUs a read (fewer reads for the same stream), while a
 // direct read of a large payload still reads at most ReaderBufSize
@@ -886,7 +878,7 @@ func TestReaderLongBuffer(t *testing.T) {
 	read := func(ulpdus [][]byte, size int) (reads, maxAhead, direct int) {
 		stream := buildStream(r, &mpa.Framer{}, ulpdus)
 		p := &countPlacer{t: t}
-		src := &countReads{vecReader: &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 << 30}, placer: p}}
+		src := &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 << 30}, placer: p}
 		pool := &lendPool{t: t, size: size}
 		rd := mpa.NewReader(src, nil, mpa.ReaderConfig{Buffers: pool})
 		var got [][]byte
