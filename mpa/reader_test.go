@@ -881,33 +881,16 @@ func TestReaderLongBuffer(t *testing.T) {
 		src := &vecReader{chunkReader: chunkReader{data: stream, r: r, max: 1 << 30}, placer: p}
 		pool := &lendPool{t: t, size: size}
 		rd := mpa.NewReader(src, nil, mpa.ReaderConfig{Buffers: pool})
-		var got [][]byte
-		for {
-			n, err := rd.Next()
-			if err == io.EOF {
-				break
+		for i, want := range ulpdus {
+			what := fmt.Sprintf("buffer of %d, FPDU %d", size, i)
+			if got := readStreamed(t, rd, p, what); !bytes.Equal(got, want) {
+				t.Fatalf("%s differs", what)
 			}
-			if err != nil {
-				t.Fatalf("buffer of %d: Next: %v", size, err)
-			}
-			u := make([]byte, n)
-			if err := rd.Place(u, p); err != nil {
-				t.Fatalf("buffer of %d: Place: %v", size, err)
-			}
-			if err := rd.Trailer(); err != nil {
-				t.Fatalf("buffer of %d: Trailer: %v", size, err)
-			}
-			got = append(got, u)
+		}
+		if n, err := rd.Next(); err != io.EOF {
+			t.Fatalf("buffer of %d: after the last FPDU, Next = %d, %v; want EOF", size, n, err)
 		}
 		rd.Release()
-		if len(got) != len(ulpdus) {
-			t.Fatalf("buffer of %d: %d FPDUs, want %d", size, len(got), len(ulpdus))
-		}
-		for i := range got {
-			if !bytes.Equal(got[i], ulpdus[i]) {
-				t.Fatalf("buffer of %d: FPDU %d differs", size, i)
-			}
-		}
 		return src.reads, src.maxAhead, src.vecBytes
 	}
 	shortReads, _, _ := read(small, 0)
