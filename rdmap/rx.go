@@ -127,9 +127,9 @@ const (
 var rxPool = bufpool.New(mpa.ReaderBufSize)
 
 // wcsPool holds the receive engines' arrays of gathered completions
-// (rxEngine.wcs), which an engine takes with its first completion and
-// gives back when it settles with none gathered (before it reads the
-// socket): an idle QP holds none.
+// (rxEngine.wcs), which an engine takes when more gather than its own
+// rxInlineWCs slots hold and gives back when it settles with none
+// gathered (before it reads the socket): an idle QP holds none.
 var wcsPool = sync.Pool{New: func() any { return new([rxBatch]WC) }}
 
 // rxEngine is the receive engine's state, owned by the receive goroutine
@@ -207,10 +207,14 @@ type rxEngine struct {
 	// oldest first (pushRecv): they go in under one lock of the CQ, with
 	// one wake-up, when rxBatch have gathered, before the engine's next
 	// read of the socket, before any other completion it generates, and
-	// when it stops (flushRecvs). The array is wcsPool's while
-	// completions come in (nextWC takes it, settle gives it back).
-	wcs  *[rxBatch]WC
-	nwcs int
+	// when it stops (flushRecvs). wcs is wcsInline until more gather
+	// in one read than it holds, then the whole of wcsPool's array
+	// (pooledWCs; nextWC takes it, settle gives it back): a read that
+	// completes one receive, the latency-bound exchange's, takes
+	// nothing from the pool.
+	wcs       []WC
+	nwcs      int
+	wcsInline [rxInlineWCs]WC
 	// place is the placement in progress: the Placer the reader calls,
 	// and what readvFD checks before each system call.
 	place rxPlace
@@ -337,6 +341,7 @@ func (rx *rxEngine) init(qp *QP, conn net.Conn) {
 	rx.qp, rx.conn = qp, conn
 	rx.crc = qp.p.CRC
 	rx.untagged.Reset()
+	rx.wcs = rx.wcsInline[:]
 	rx.stallTimeout = qp.cfg.RxStallTimeout
 	rx.place.rx = rx
 	rx.runFn, rx.drivenFn, rx.idleFn = rx.run, rx.runDriven, qp.rxIdle
@@ -1139,7 +1144,7 @@ func (rx *rxEngine) sendRun(w *runRegion, u []byte) bool {
 	if op == wire.OpSendSE {
 		wc.Flags = WCSolicited
 	}
-	if rx.nwcs+1 == len(rx.wcs) {
+	if rx.nwcs+1 == rxBatch {
 		rx.leaveRun(w)
 	}
 	rx.gathered()
@@ -1234,7 +1239,7 @@ func (rx *rxEngine) sends(w *runRegion, n, max int) (int, []byte, error, bool) {
 			wc.Flags = WCSolicited
 		}
 		last = u
-		if rx.nwcs++; rx.nwcs == len(rx.wcs) {
+		if rx.nwcs++; rx.nwcs == rxBatch {
 			// gathered's flush (no SRQ), outside the region.
 			rx.leaveRun(w)
 			rx.flushRecvs()
@@ -1928,6 +1933,15 @@ func (rx *rxEngine) end() *termInfo {
 // the array in the engine, 8 was what the idle-pair figure allowed).
 const rxBatch = 256
 
+// rxInlineWCs is how many gathered completions the engine holds in its
+// own array (rxEngine.wcsInline) before it takes wcsPool's. In
+// BenchmarkPingPong (mode=pollrx) the Get and Put of the pool's array
+// for each message took about 210 instructions a round trip (callgrind,
+// the difference of two -test.benchtime counts). One slot keeps the QP
+// in its allocation size class (4864 bytes; with four it took the next,
+// 5376).
+const rxInlineWCs = 1
+
 // pushRecv queues a receive completion (receive engine only). The
 // completions of one socket read are gathered and pushed into the CQ
 // rxBatch at a time with one lock and one wake-up (flushRecvs), and the
@@ -1944,28 +1958,42 @@ func (qp *QP) pushRecv(wc *WC) {
 // putWCs gives the array of gathered completions back to wcsPool when
 // it holds none.
 func (rx *rxEngine) putWCs() {
-	if rx.wcs != nil && rx.nwcs == 0 {
-		wcsPool.Put(rx.wcs)
-		rx.wcs = nil
+	if rx.pooledWCs() && rx.nwcs == 0 {
+		wcsPool.Put((*[rxBatch]WC)(rx.wcs))
+		rx.wcs = rx.wcsInline[:]
 	}
 }
 
+// pooledWCs reports whether wcs is wcsPool's array.
+func (rx *rxEngine) pooledWCs() bool { return len(rx.wcs) == rxBatch }
+
 // nextWC returns the slot of the next gathered completion,
-// rx.wcs[rx.nwcs], taking the array from wcsPool for the first one. The
-// caller writes every field of it (the array comes with another
-// engine's completions) and then calls gathered.
+// rx.wcs[rx.nwcs], moving to wcsPool's array when the inline slots are
+// full. The caller writes every field of it (the slot holds an earlier
+// completion, maybe another engine's) and then calls gathered.
 func (rx *rxEngine) nextWC() *WC {
-	if rx.wcs == nil {
-		rx.wcs = wcsPool.Get().(*[rxBatch]WC)
+	if rx.nwcs == len(rx.wcs) {
+		rx.growWCs()
 	}
 	return &rx.wcs[rx.nwcs]
+}
+
+// growWCs moves the gathered completions from wcsInline into wcsPool's
+// array (nextWC, when the inline slots are full). It is not inlined, so
+// that nextWC is, in the receive loops.
+//
+//go:noinline
+func (rx *rxEngine) growWCs() {
+	p := wcsPool.Get().(*[rxBatch]WC)
+	copy(p[:], rx.wcs[:rx.nwcs])
+	rx.wcs = p[:]
 }
 
 // gathered counts the completion just written into rx.wcs[rx.nwcs] as
 // gathered, and flushes when pushRecv would.
 func (rx *rxEngine) gathered() {
 	rx.nwcs++
-	if rx.nwcs == len(rx.wcs) || rx.qp.srq != nil {
+	if rx.nwcs == rxBatch || rx.qp.srq != nil {
 		rx.flushRecvs()
 	}
 }
