@@ -139,6 +139,9 @@ type rxEngine struct {
 	qp   *QP
 	conn net.Conn
 	crc  bool // CRC32c negotiated for this direction
+	// noWhole (tests: SetRxNoWhole, before the QP starts) reads every
+	// FPDU header first, never with mpa.Reader.Whole.
+	noWhole bool
 
 	// Reading (rxio.go): the FPDU reader, which borrows its buffer from
 	// rxPool while bytes move through it, and the raw readv path it
@@ -172,9 +175,6 @@ type rxEngine struct {
 	drivenFn  func() error
 	idleFn    func()
 
-	// noWhole (tests: SetRxNoWhole, before the QP starts) reads every
-	// FPDU header first, never with mpa.Reader.Whole.
-	noWhole bool
 	// runStep, when set (tests, before the engine runs), is called before
 	// each FPDU of a run (wholeRun) with how many the run has received.
 	runStep func(n int)
@@ -1936,10 +1936,11 @@ const rxBatch = 256
 // rxInlineWCs is how many gathered completions the engine holds in its
 // own array (rxEngine.wcsInline) before it takes wcsPool's. In
 // BenchmarkPingPong (mode=pollrx) the Get and Put of the pool's array
-// for each message took about 210 instructions a round trip (callgrind,
+// for each message took about 190 instructions a round trip (callgrind,
 // the difference of two -test.benchtime counts). One slot keeps the QP
-// in its allocation size class (4864 bytes; with four it took the next,
-// 5376).
+// in its allocation size class: 4856 bytes and the heap's 8-byte header
+// of an object with pointers fill the 4864-byte class (with four slots
+// it took the next, 5376, and test/bench's idle pair grew by 1 KiB).
 const rxInlineWCs = 1
 
 // pushRecv queues a receive completion (receive engine only). The
