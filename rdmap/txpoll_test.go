@@ -146,7 +146,18 @@ func TestPollTxStream(t *testing.T) {
 				}
 			}
 			// A Send after the Writes: placed after them (Sends: the
-			// receiver's last receive is this one).
+			// receiver's last receive is this one, which it posts once
+			// it has reaped receive n-wind: the Sends before retire when
+			// they are written, maybe before that).
+			for c.op == rdmap.WRSend && cr.posted.Load() < int64(c.n+1) {
+				select {
+				case <-cr.more:
+				case err := <-errc:
+					t.Fatalf("receiver ended early: %v", err)
+				case <-ctx.Done():
+					t.Fatal(ctx.Err())
+				}
+			}
 			mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 1 << 40, Op: rdmap.WRSend, SGL: []rdmap.SGE{smr.SGE(0, 8)}, Signaled: true}))
 			expectWC(t, poll(t, a.cq), 1<<40, rdmap.WCSend, rdmap.WCSuccess)
 			if err := <-errc; err != nil {
