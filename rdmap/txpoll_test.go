@@ -92,6 +92,16 @@ func TestPollTxStream(t *testing.T) {
 			go func() { errc <- receiveAll(b, dmr, fmr, c.op, c.size, c.n, c.wind, cr, ready) }()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
+			// waitCredit waits for the receiver to post receives (cr).
+			waitCredit := func() {
+				select {
+				case <-cr.more:
+				case err := <-errc:
+					t.Fatalf("receiver ended early: %v", err)
+				case <-ctx.Done():
+					t.Fatal(ctx.Err())
+				}
+			}
 			wrs := make([]rdmap.SendWR, c.list)
 			wcs := make([]rdmap.WC, 16)
 			var posted, retired int
@@ -122,13 +132,7 @@ func TestPollTxStream(t *testing.T) {
 				}
 				if posted == retired {
 					// Nothing outstanding: waiting for the receiver's credit.
-					select {
-					case <-cr.more:
-					case err := <-errc:
-						t.Fatalf("receiver ended early: %v", err)
-					case <-ctx.Done():
-						t.Fatal(ctx.Err())
-					}
+					waitCredit()
 					continue
 				}
 				k := a.cq.Poll(wcs)
@@ -150,13 +154,7 @@ func TestPollTxStream(t *testing.T) {
 			// it has reaped receive n-wind: the Sends before retire when
 			// they are written, maybe before that).
 			for c.op == rdmap.WRSend && cr.posted.Load() < int64(c.n+1) {
-				select {
-				case <-cr.more:
-				case err := <-errc:
-					t.Fatalf("receiver ended early: %v", err)
-				case <-ctx.Done():
-					t.Fatal(ctx.Err())
-				}
+				waitCredit()
 			}
 			mustPost(t, a.qp.PostSend(rdmap.SendWR{ID: 1 << 40, Op: rdmap.WRSend, SGL: []rdmap.SGE{smr.SGE(0, 8)}, Signaled: true}))
 			expectWC(t, poll(t, a.cq), 1<<40, rdmap.WCSend, rdmap.WCSuccess)
