@@ -8,3 +8,7 @@ func SetWriterCopyLen(n int) (restore func()) {
 	writerCopyLen = n
 	return func() { writerCopyLen = old }
 }
+
+// BigSlack is how far past what it needs a Reader reads while its reads
+// are limited.
+const BigSlack = bigSlack

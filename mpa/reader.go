@@ -87,6 +87,12 @@ const (
 	// buffer (without markers or Buffered, and without CRC or with
 	// ReaderConfig.CRCInPlace).
 	DirectMin = 4 << 10
+	// DirectSoleMin is the payload remainder from which a direct read
+	// reads ahead only the trailer and the next header (bigSlack bytes
+	// past the payload), and the reads after it stay limited so (see
+	// readDirect): the next large payload goes straight into memory too,
+	// none is copied out of the buffer.
+	DirectSoleMin = 48 << 10
 	// MaxHeader is the largest ULPDU prefix Header returns.
 	MaxHeader = 128
 	// ReaderSmallLen is the size of the array a Reader with
@@ -692,8 +698,8 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 
 // readDirect reads d straight from the source and, in the same call,
 // what follows it into the empty buffer, as much as the buffer holds
-// up to ReaderBufSize:
-// the trailer and the next header, and on a busy stream the FPDUs after
+// up to ReaderBufSize (below DirectSoleMin; see below): the trailer and
+// the next header, and on a busy stream the FPDUs after
 // them, which Whole and Place then take from the buffer. A stream of
 // large FPDUs thus costs one system call per buffer's worth of FPDUs,
 // not one per FPDU: the bytes read ahead are copied once more, but a
@@ -708,14 +714,19 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // had (the source had more), and otherwise reads ahead into its small
 // array: a stream that has gone quiet does not take a buffer back.
 //
-// With loopback's 62 KiB FPDUs (the MULPDU follows the EMSS) the read
-// ahead copies about 70% of a 1 MiB Write stream (QPStats.RxPlacedCopied).
-// Reading ahead only the trailer and the next header after such FPDUs
-// copied 0.6% but took about twice the readv calls (12.5 -> 22 per MiB),
-// for the same CPU per MiB (541 against 560 µs on four QPs); measured and
-// dropped three times on 2026-12-07, the last with SO_RCVLOWAT set to the
-// payload's remainder before a wait: the extra readv calls are short
-// reads of a payload still arriving, not waits (test/bench/RESULTS.md).
+// A remainder of DirectSoleMin or more (loopback's 62 KiB FPDUs: the
+// MULPDU follows the EMSS) is read ahead only bigSlack bytes, the
+// trailer and the next header, and the reads after it stay limited
+// (Trailer's big), so that the next payload goes straight too. A full
+// read ahead there copied about 70% of a 1 MiB Write stream
+// (QPStats.RxPlacedCopied) and took half the readv calls (12.5 against
+// 22 per MiB). On the AMD VMs of 2026-12-07 both used the same CPU per
+// MiB (541 and 560 µs on four QPs). On
+// an Intel VM, where system calls cost a third as much, ten interleaved
+// rounds of test/bench put four QPs at 0.95-1.16 of four bare streams
+// against 0.72-1.00 with the full read ahead, and one QP at 1.28-1.69
+// against 1.11-1.70 (test/bench/RESULTS.md). Below DirectSoleMin the
+// full read ahead stays: at 32 KiB FPDUs it was the gain above.
 //
 // The read ahead takes at most ReaderBufSize bytes, however long the
 // buffer: a longer one (a BufferPool may lend one) serves the reads of
@@ -727,6 +738,10 @@ func (rd *Reader) readDirect(d []byte) error {
 	}
 	rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, -1, 0
 	ahead := min(len(rd.buf), ReaderBufSize)
+	sole := len(d) >= DirectSoleMin
+	if sole {
+		ahead = min(ahead, bigSlack)
+	}
 	for len(d) > 0 {
 		n, err := rd.vec.ReadVec(d, rd.buf[rd.w:ahead])
 		if err != nil {
@@ -746,9 +761,10 @@ func (rd *Reader) readDirect(d []byte) error {
 		rd.done += k
 		rd.w += n - k
 	}
-	// An unlimited read, as fillUpTo's: drained when it left room.
+	// An unlimited read, as fillUpTo's: drained when it left room. A
+	// sole read leaves the reads after it limited (Trailer's big).
 	rd.drained = rd.w < ahead
-	rd.directDrained = rd.drained
+	rd.directDrained = rd.drained || sole
 	return nil
 }
 

@@ -864,7 +864,9 @@ const longBuf = 256 << 10
 // TestReaderLongBuffer: a lent buffer longer than ReaderBufSize takes
 // more small FPDUs a read (fewer reads for the same stream), while a
 // direct read of a large payload still reads at most ReaderBufSize
-// ahead; every FPDU arrives intact either way.
+// ahead, and one of DirectSoleMin or more only the trailer and the next
+// header (BigSlack bytes), so that the payloads after it go straight
+// into memory too; every FPDU arrives intact either way.
 func TestReaderLongBuffer(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	small := make([][]byte, 6000)
@@ -873,7 +875,11 @@ func TestReaderLongBuffer(t *testing.T) {
 	}
 	large := make([][]byte, 8)
 	for i := range large {
-		large[i] = bytes.Repeat([]byte{byte(i + 1)}, 60000+i)
+		large[i] = bytes.Repeat([]byte{byte(i + 1)}, mpa.DirectSoleMin-20000+i)
+	}
+	sole := make([][]byte, 8)
+	for i := range sole {
+		sole[i] = bytes.Repeat([]byte{byte(i + 1)}, mpa.DirectSoleMin+10000+i)
 	}
 	read := func(ulpdus [][]byte, size int) (reads, maxAhead, direct int) {
 		stream := buildStream(r, &mpa.Framer{}, ulpdus)
@@ -906,5 +912,18 @@ func TestReaderLongBuffer(t *testing.T) {
 	}
 	if ahead != mpa.ReaderBufSize {
 		t.Errorf("large FPDUs with a buffer of %d bytes: read ahead at most %d bytes, want %d", longBuf, ahead, mpa.ReaderBufSize)
+	}
+	_, ahead, direct = read(sole, longBuf)
+	total := 0
+	for _, u := range sole {
+		total += len(u)
+	}
+	if ahead != mpa.BigSlack {
+		t.Errorf("FPDUs of DirectSoleMin or more: read ahead at most %d bytes, want %d", ahead, mpa.BigSlack)
+	}
+	// All but the first payload's head and what each limited read
+	// brings past a header come straight.
+	if copied := total - direct; copied > len(sole)*mpa.BigSlack+mpa.ReaderSmallLen {
+		t.Errorf("FPDUs of DirectSoleMin or more: %d of %d payload bytes came through the buffer", copied, total)
 	}
 }
