@@ -721,24 +721,28 @@ func (rd *Reader) Place(d []byte, p Placer) error {
 // read ahead there copied about 70% of a 1 MiB Write stream
 // (QPStats.RxPlacedCopied) and took half the readv calls (12.5 against
 // 22 per MiB). On the AMD VMs of 2026-12-07 both used the same CPU per
-// MiB (541 and 560 µs on four QPs). On
-// an Intel VM, where system calls cost a third as much, ten interleaved
-// rounds of test/bench put four QPs at 0.95-1.16 of four bare streams
-// against 0.72-1.00 with the full read ahead, and one QP at 1.28-1.69
-// against 1.11-1.70 (test/bench/RESULTS.md). Below DirectSoleMin the
-// full read ahead stays: at 32 KiB FPDUs it was the gain above.
+// MiB (541 and 560 µs on four QPs). On an Intel VM, where system calls
+// cost a third as much, ten interleaved rounds of test/bench put four
+// QPs at 0.95-1.16 of four bare streams against 0.72-1.00 with the full
+// read ahead, and one QP at 1.28-1.69 against 1.11-1.70
+// (test/bench/RESULTS.md). The bigSlack bytes go into the small array:
+// a Reader that borrows its buffer borrows none for them. Below
+// DirectSoleMin the full read ahead stays: at 32 KiB FPDUs it was the
+// gain above.
 //
 // The read ahead takes at most ReaderBufSize bytes, however long the
 // buffer: a longer one (a BufferPool may lend one) serves the reads of
 // small FPDUs, and here would only copy more of the next payloads.
 func (rd *Reader) readDirect(d []byte) error {
 	rd.foldCRC()
-	if rd.cfg.Buffers != nil && rd.lent == nil && !rd.drained {
+	// A sole read's bigSlack bytes fit the small array: it borrows no
+	// buffer for them.
+	sole := len(d) >= DirectSoleMin
+	if rd.cfg.Buffers != nil && rd.lent == nil && !rd.drained && !sole {
 		rd.grow(rd.r) // nothing buffered: an empty buffer
 	}
 	rd.r, rd.w, rd.fstart, rd.crcAt = 0, 0, -1, 0
 	ahead := min(len(rd.buf), ReaderBufSize)
-	sole := len(d) >= DirectSoleMin
 	if sole {
 		ahead = min(ahead, bigSlack)
 	}

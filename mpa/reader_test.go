@@ -865,8 +865,9 @@ const longBuf = 256 << 10
 // more small FPDUs a read (fewer reads for the same stream), while a
 // direct read of a large payload still reads at most ReaderBufSize
 // ahead, and one of DirectSoleMin or more only the trailer and the next
-// header (BigSlack bytes), so that the payloads after it go straight
-// into memory too; every FPDU arrives intact either way.
+// header (BigSlack bytes, into the small array: no buffer borrowed), so
+// that the payloads after it go straight into memory too; every FPDU
+// arrives intact either way.
 func TestReaderLongBuffer(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	small := make([][]byte, 6000)
@@ -881,6 +882,7 @@ func TestReaderLongBuffer(t *testing.T) {
 	for i := range sole {
 		sole[i] = bytes.Repeat([]byte{byte(i + 1)}, mpa.DirectSoleMin+10000+i)
 	}
+	lent := 0 // buffers the last read borrowed
 	read := func(ulpdus [][]byte, size int) (reads, maxAhead, direct int) {
 		stream := buildStream(r, &mpa.Framer{}, ulpdus)
 		p := &countPlacer{t: t}
@@ -897,6 +899,7 @@ func TestReaderLongBuffer(t *testing.T) {
 			t.Fatalf("buffer of %d: after the last FPDU, Next = %d, %v; want EOF", size, n, err)
 		}
 		rd.Release()
+		lent = pool.gets
 		return src.reads, src.maxAhead, src.vecBytes
 	}
 	shortReads, _, _ := read(small, 0)
@@ -920,6 +923,10 @@ func TestReaderLongBuffer(t *testing.T) {
 	}
 	if ahead != mpa.BigSlack {
 		t.Errorf("FPDUs of DirectSoleMin or more: read ahead at most %d bytes, want %d", ahead, mpa.BigSlack)
+	}
+	// The read ahead fits the small array: no buffer is borrowed.
+	if lent != 0 {
+		t.Errorf("FPDUs of DirectSoleMin or more: %d buffers borrowed, want 0", lent)
 	}
 	// All but the first payload's head and what each limited read
 	// brings past a header come straight.
