@@ -933,4 +933,19 @@ func TestReaderLongBuffer(t *testing.T) {
 	if copied := total - direct; copied > len(sole)*mpa.BigSlack+mpa.ReaderSmallLen {
 		t.Errorf("FPDUs of DirectSoleMin or more: %d of %d payload bytes came through the buffer", copied, total)
 	}
+	// A large payload followed by a short one that has not all arrived
+	// (the tail of a long message): the short one's rest is read limited
+	// to what it needs and BigSlack more, so the large payload after it
+	// goes straight too, not into the buffer with it.
+	var mixed [][]byte
+	total = 0
+	for i, u := range sole {
+		short := bytes.Repeat([]byte{byte(100 + i)}, mpa.DirectMin/2+i)
+		mixed = append(mixed, u, short)
+		total += len(u)
+	}
+	_, _, direct = read(mixed, longBuf)
+	if copied := total - direct; copied > len(sole)*mpa.BigSlack+mpa.ReaderSmallLen {
+		t.Errorf("FPDUs of DirectSoleMin or more, each followed by a short one: %d of %d large payload bytes came through the buffer", copied, total)
+	}
 }
