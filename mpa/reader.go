@@ -89,9 +89,9 @@ const (
 	DirectMin = 4 << 10
 	// DirectSoleMin is the payload remainder from which a direct read
 	// reads ahead only the trailer and the next header (bigSlack bytes
-	// past the payload), and the reads after it stay limited so (see
+	// past the payload), and the reads after it stay limited (see
 	// readDirect): the next large payload goes straight into memory too,
-	// none is copied out of the buffer.
+	// not copied out of the buffer.
 	DirectSoleMin = 48 << 10
 	// MaxHeader is the largest ULPDU prefix Header returns.
 	MaxHeader = 128
